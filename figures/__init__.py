@@ -1,0 +1,1 @@
+"""One module per figure: read results, overlay theory, draw."""

@@ -1,0 +1,3 @@
+"""Closed-form and semi-analytic predictions, and the reduced gradient-flow loss."""
+
+import idealized as _idealized  # noqa: F401  (sets the precision policy)

@@ -1,0 +1,168 @@
+"""Frozen configs of plain scalars, validated at construction.
+
+Two kinds of field (STYLE.md, pattern 2):
+
+* shape-determining or structural fields (`stride`, `chunks`, `dim`, `heads`,
+  `operator`, `loss`, ...) are static under jit: changing one compiles a new program;
+* hyperparameters that do not change shapes (`lr`, `gain`, `weight_decay`,
+  `init_scale`, `seed`) travel as arrays, so one compiled program serves a sweep.
+
+`TrainConfig` is flat and its field names are the command-line flag names, so a
+sweep is a list of `TrainConfig`s and a stored row is `dataclasses.asdict(config)`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+OPERATORS = ("softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4")
+# Operators with K[c] = sum_j w[j] x[c, j]: their logits need only the inner products q . x.
+PHASE_WEIGHTED_OPERATORS = ("softmax_pool", "mean_pool", "linear")
+LOSSES = ("mse", "ce")
+OPTIMIZERS = ("sgd", "adam")
+
+# Fields of TrainConfig that travel as arrays (one compiled program for all their values).
+HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
+
+
+class ConfigError(ValueError):
+    """An invalid config value; `flag` names the command-line flag it came from."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.flag = "--" + field.replace("_", "-")
+        super().__init__(f"{self.flag}: {message}")
+
+
+def _int_at_least(field: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(field, f"must be an integer >= {low}, got {value!r}")
+
+
+def _positive_finite(field: str, value) -> None:
+    if not _is_real(value) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(field, f"must be a finite number > 0, got {value!r}")
+
+
+def _nonnegative_finite(field: str, value) -> None:
+    if not _is_real(value) or not math.isfinite(value) or value < 0:
+        raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(field, f"must be one of {', '.join(allowed)}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The structure of one retrieval model (THEORY.md section 3); all fields static.
+
+    stride `s` tokens per chunk, `chunks` N chunks of context, key dimension `dim` d,
+    `heads` H. `operator` is the compression operator, `loss` the training loss.
+    `rank` is the rank of each phase's correction under `low_rank`; `rope_dim`
+    is the number of rotary channels (`deepseek_v4` and `rope_anchor`).
+    """
+
+    stride: int = 8
+    chunks: int = 64
+    dim: int = 64
+    heads: int = 1
+    operator: str = "softmax_pool"
+    loss: str = "mse"
+    learn_gain: bool = False
+    learn_projections: bool = False
+    rank: int = 4
+    rope_dim: int = 0
+
+    def __post_init__(self):
+        _int_at_least("stride", self.stride, 1)
+        _int_at_least("chunks", self.chunks, 2)
+        _int_at_least("dim", self.dim, 1)
+        _int_at_least("heads", self.heads, 1)
+        _one_of("operator", self.operator, OPERATORS)
+        _one_of("loss", self.loss, LOSSES)
+        _int_at_least("rank", self.rank, 1)
+        _int_at_least("rope_dim", self.rope_dim, 0)
+        if self.rope_dim % 2 or self.rope_dim > self.dim:
+            raise ConfigError(
+                "rope_dim", f"must be even and <= --dim ({self.dim}), got {self.rope_dim}"
+            )
+
+    @property
+    def uses_gram(self) -> bool:
+        """True when the logits depend on the keys only through `q . x[c, j]` (the fast path)."""
+        return self.operator in PHASE_WEIGHTED_OPERATORS and not self.learn_projections
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything one training run needs, flat, named as the command-line flags.
+
+    Defaults are the canonical config (stride 8, 64 chunks, d = 64, 1 head, fixed
+    gain 16, `softmax_pool`, `mse`, SGD with learning rate 2, batch 256).
+    `init_scale` is the standard deviation of the initial pooling logits.
+    `eval_every` steps between evaluations on a fixed held-out set of
+    `eval_samples` needles per phase (drawn from `eval_seed`, shared by all runs).
+    """
+
+    stride: int = 8
+    chunks: int = 64
+    dim: int = 64
+    heads: int = 1
+    operator: str = "softmax_pool"
+    loss: str = "mse"
+    learn_gain: bool = False
+    learn_projections: bool = False
+    rank: int = 4
+    rope_dim: int = 0
+    optimizer: str = "sgd"
+    steps: int = 600
+    batch: int = 256
+    eval_every: int = 50
+    eval_samples: int = 2048
+    eval_seed: int = 12345
+    lr: float = 2.0
+    gain: float = 16.0
+    weight_decay: float = 0.0
+    init_scale: float = 0.01
+    seed: int = 0
+
+    def __post_init__(self):
+        _ = self.model  # constructing it validates the model fields
+        _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        _int_at_least("steps", self.steps, 1)
+        _int_at_least("batch", self.batch, 1)
+        _int_at_least("eval_every", self.eval_every, 1)
+        _int_at_least("eval_samples", self.eval_samples, 1)
+        _int_at_least("eval_seed", self.eval_seed, 0)
+        _positive_finite("lr", self.lr)
+        _positive_finite("gain", self.gain)
+        _nonnegative_finite("weight_decay", self.weight_decay)
+        _nonnegative_finite("init_scale", self.init_scale)
+        _int_at_least("seed", self.seed, 0)
+
+    @property
+    def model(self) -> ModelConfig:
+        names = {f.name for f in dataclasses.fields(ModelConfig)}
+        return ModelConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
+
+    @property
+    def static(self) -> TrainConfig:
+        """This config with every hyperparameter at its default: the compilation key."""
+        defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+        return dataclasses.replace(self, **{k: defaults[k] for k in HYPER_FIELDS})
+
+    @property
+    def eval_times(self) -> int:
+        """Number of evaluations: after every `eval_every` steps and at the end."""
+        return -(-self.steps // self.eval_every)
+
+    def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,1 @@
+"""The `weakspots` command line."""

@@ -1,0 +1,311 @@
+"""Training many retrieval models at once: pure `init`/`advance`/`evaluate`, vmapped over runs.
+
+The structure of a run (`TrainConfig.static`) is static; its hyperparameters
+(`lr`, `gain`, `weight_decay`, `init_scale`, `seed`) travel as arrays (`Hyper`), so
+one compiled program serves every run of a sweep that shares a shape. Steps run
+inside `lax.scan`, `eval_every` at a time; between blocks the host records the
+evaluation on a fixed held-out set, stops on a non-finite loss, and reports progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from idealized.config import HYPER_FIELDS, TrainConfig
+from idealized.loss import batch_correct, batch_logits, objective, retrieval_loss
+from idealized.metrics import phase_report, specialization_index, support_size
+from idealized.model import RetrievalModel, init_model
+from idealized.task import Batch, sample_batch
+
+DTYPE = jnp.float32
+EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
+
+
+class TrainingDiverged(RuntimeError):
+    """A run's loss became non-finite; the message names the run and the step."""
+
+
+class Hyper(eqx.Module):
+    """One run's (or, with a leading axis, many runs') shape-free hyperparameters."""
+
+    lr: Float[Array, "*R"]
+    gain: Float[Array, "*R"]
+    weight_decay: Float[Array, "*R"]
+    init_scale: Float[Array, "*R"]
+    seed: Int[Array, "*R"]
+
+    @staticmethod
+    def stack(configs: Sequence[TrainConfig]) -> Hyper:
+        """Stack the hyperparameters of configs that share `TrainConfig.static`."""
+        values = {k: [getattr(c, k) for c in configs] for k in HYPER_FIELDS}
+        floats = {k: jnp.asarray(v, DTYPE) for k, v in values.items() if k != "seed"}
+        return Hyper(**floats, seed=jnp.asarray(values["seed"], jnp.uint32))
+
+
+class TrainState(eqx.Module):
+    model: RetrievalModel
+    opt_state: optax.OptState
+    key: PRNGKeyArray
+    step: Int[Array, ""]
+
+
+class History(eqx.Module):
+    """What a run records at each evaluation (leading axis T; a run axis in front when batched).
+
+    `times` is the gradient-flow time `lr * step` (THEORY.md section 5), so that SGD and
+    the ODEs of `sims.flow` lay over one another.
+    """
+
+    times: Float[Array, " T"]
+    steps: Int[Array, " T"]
+    pooling_weights: Float[Array, "T H s"] | None
+    gain: Float[Array, "T H"]
+    loss: Float[Array, " T"]
+    phase_accuracy: Float[Array, "T s"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """One finished run: its config, history (numpy), final model and phase metrics."""
+
+    config: TrainConfig
+    history: History
+    model: RetrievalModel
+    step_loss: np.ndarray
+    wall_seconds: float
+
+    def summary(self) -> dict:
+        """The run's final metrics as plain Python values (the `--json` keys of `weakspots train`)."""
+        acc = np.asarray(self.history.phase_accuracy[-1])
+        out = phase_report(acc, self.config.eval_samples)
+        weights = self.model.pooling_weights()
+        out["pooling_weights"] = None if weights is None else np.asarray(weights).tolist()
+        out["support_size"] = None if weights is None else support_size(weights).tolist()
+        out["specialization_index"] = (
+            None if weights is None else specialization_index(weights).tolist()
+        )
+        out["gain"] = np.asarray(self.model.gain).tolist()
+        out["final_loss"] = float(self.history.loss[-1])
+        out["wall_seconds"] = self.wall_seconds
+        return out
+
+
+def _optimizer(config: TrainConfig, lr) -> optax.GradientTransformation:
+    """`lr` lives in the optimizer state (`inject_hyperparams`), so it can be an array per run."""
+    factory = {"sgd": optax.sgd, "adam": optax.adam}[config.optimizer]
+    return optax.inject_hyperparams(factory)(learning_rate=lr)
+
+
+def _params(model: RetrievalModel):
+    return eqx.filter(model, eqx.is_inexact_array)
+
+
+def init(config: TrainConfig, hyper: Hyper) -> TrainState:
+    """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
+    key = jax.random.key(hyper.seed)
+    k_model, k_data = jax.random.split(key)
+    model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
+    opt_state = _optimizer(config, hyper.lr).init(_params(model))
+    return TrainState(model, opt_state, k_data, jnp.zeros((), jnp.int32))
+
+
+def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainState, Array]:
+    """One SGD/Adam step on a fresh minibatch; steps past `config.steps` leave the state as is."""
+    key, k_batch = jax.random.split(state.key)
+    model = state.model
+    batch = sample_batch(k_batch, config.model, config.batch, keys=not model.uses_gram, dtype=DTYPE)
+    params, static = eqx.partition(model, eqx.is_inexact_array)
+
+    def loss_fn(params):
+        return objective(eqx.combine(params, static), batch, config.loss, hyper.weight_decay)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = _optimizer(config, hyper.lr).update(grads, state.opt_state, params)
+    new = TrainState(eqx.apply_updates(model, updates), opt_state, key, state.step + 1)
+    active = state.step < config.steps
+    new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
+    return new, jnp.where(active, loss, jnp.nan)
+
+
+def advance(config: TrainConfig, state: TrainState, hyper: Hyper):
+    """`eval_every` steps inside `lax.scan`; returns the new state and each step's loss."""
+    return jax.lax.scan(lambda s, _: step(config, s, hyper), state, None, length=config.eval_every)
+
+
+def _eval_slice(config: TrainConfig, keys: bool, size: int, phase, index) -> Batch:
+    k = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.eval_seed), phase), index)
+    return sample_batch(k, config.model, size, keys=keys, phase=phase, dtype=DTYPE)
+
+
+@partial(jax.jit, static_argnums=0)
+def held_out_gram(config: TrainConfig) -> Batch:
+    """The held-out set as inner products, `(s, eval_samples, ...)`: drawn once, shared by all runs."""
+    n = config.eval_samples
+    return jax.vmap(lambda phase: _eval_slice(config, False, n, phase, 0))(
+        jnp.arange(config.stride)
+    )
+
+
+def evaluate(
+    config: TrainConfig, model: RetrievalModel, held_out: Batch | None = None
+) -> tuple[Array, Array]:
+    """Per-phase accuracy `(s,)` and mean retrieval loss on the fixed held-out set.
+
+    The held-out needles depend only on `eval_seed`, so every run sees the same ones.
+    Models on the inner-product path take them precomputed (`held_out_gram`); models
+    that need real keys draw them again in slices of `EVAL_SUBBATCH_KEYS` needles
+    (the same numbers each time), which bounds memory.
+    """
+
+    def score(batch: Batch):
+        logits = batch_logits(model, batch)
+        losses = jax.vmap(retrieval_loss, in_axes=(0, 0, None))(logits, batch.target, config.loss)
+        return jnp.mean(batch_correct(model, batch)), jnp.mean(losses)
+
+    if model.uses_gram:
+        if held_out is None:
+            held_out = held_out_gram(config)
+        acc, loss = jax.lax.map(score, held_out)
+        return acc, jnp.mean(loss)
+    n = config.eval_samples
+    size = math.gcd(n, EVAL_SUBBATCH_KEYS)
+    phases = jnp.repeat(jnp.arange(config.stride), n // size)
+    slices = jnp.tile(jnp.arange(n // size), config.stride)
+    acc, loss = jax.lax.map(
+        lambda pi: score(_eval_slice(config, True, size, *pi)), (phases, slices)
+    )
+    acc = jnp.mean(acc.reshape(config.stride, n // size), axis=1)
+    return acc, jnp.mean(loss)
+
+
+def _record(config: TrainConfig, state: TrainState, hyper: Hyper, held_out) -> dict:
+    acc, loss = evaluate(config, state.model, held_out)
+    weights = state.model.pooling_weights()
+    return {
+        "times": hyper.lr * state.step.astype(DTYPE),
+        "steps": state.step,
+        "pooling_weights": weights,
+        "gain": state.model.gain,
+        "loss": loss,
+        "phase_accuracy": acc,
+    }
+
+
+def _record_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out):
+    return jax.vmap(partial(_record, config), in_axes=(0, 0, None))(states, hyper, held_out)
+
+
+@partial(jax.jit, static_argnums=0)
+def _init_many(config: TrainConfig, hyper: Hyper, held_out):
+    states = jax.vmap(partial(init, config))(hyper)
+    return states, _record_many(config, states, hyper, held_out)
+
+
+@partial(jax.jit, static_argnums=0, donate_argnums=1)
+def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out):
+    states, losses = jax.vmap(partial(advance, config))(states, hyper)
+    return states, losses, _record_many(config, states, hyper, held_out)
+
+
+def run_batch(
+    config: TrainConfig,
+    hyper: Hyper,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[History, RetrievalModel, np.ndarray]:
+    """Train R runs that share `config.static`; `hyper` has leading axis R.
+
+    Returns the stacked history `(R, T, ...)`, the stacked final models, and the per-step
+    training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first evaluation
+    block in which some run's loss is not finite, naming the run and the step.
+    """
+    config = config.static
+    held_out = held_out_gram(config) if config.model.uses_gram else None
+    states, record = _init_many(config, hyper, held_out)
+    records, step_losses = [record], []
+    blocks = config.eval_times
+    for block in range(blocks):
+        states, losses, record = _advance_many(config, states, hyper, held_out)
+        losses = np.asarray(losses)
+        done = min(config.eval_every, config.steps - block * config.eval_every)
+        losses = losses[:, :done]
+        _raise_if_diverged(losses, hyper, first_step=block * config.eval_every)
+        step_losses.append(losses)
+        records.append(record)
+        if progress is not None:
+            progress(block + 1, blocks)
+    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs], axis=1), *records)
+    history = History(**stacked)
+    return history, states.model, np.concatenate(step_losses, axis=1)
+
+
+def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> None:
+    bad = ~np.isfinite(losses)
+    if bad.any():
+        run, offset = map(int, np.argwhere(bad)[0])
+        seed = int(np.asarray(hyper.seed)[run])
+        raise TrainingDiverged(
+            f"training diverged: loss is not finite at step {first_step + offset + 1} "
+            f"(run {run}, seed {seed}, lr {float(np.asarray(hyper.lr)[run]):g}); "
+            "try a smaller --lr or --gain"
+        )
+
+
+def train_many(
+    configs: Sequence[TrainConfig], *, progress: Callable[[int, int], None] | None = None
+) -> list[TrainResult]:
+    """Train every config, one compiled program per distinct `config.static`, results in order."""
+    groups: dict[TrainConfig, list[int]] = {}
+    for i, config in enumerate(configs):
+        groups.setdefault(config.static, []).append(i)
+    results: list[TrainResult | None] = [None] * len(configs)
+    for static, members in groups.items():
+        start = time.perf_counter()
+        history, models, step_loss = run_batch(
+            static, Hyper.stack([configs[i] for i in members]), progress=progress
+        )
+        wall = (time.perf_counter() - start) / len(members)
+        for r, i in enumerate(members):
+            take = lambda x, r=r: x[r] if x is not None else None  # noqa: E731
+            results[i] = TrainResult(
+                config=configs[i],
+                history=jax.tree.map(take, history),
+                model=jax.tree.map(take, models),
+                step_loss=step_loss[r],
+                wall_seconds=wall,
+            )
+    return results
+
+
+def train(config: TrainConfig, **kwargs) -> TrainResult:
+    """Train one model (a batch of one)."""
+    return train_many([config], **kwargs)[0]
+
+
+def stderr_progress(label: str, every_seconds: float = 1.0) -> Callable[[int, int], None]:
+    """A progress callback that prints `label: k/n blocks, ETA` to stderr at most once a second."""
+    start = time.perf_counter()
+    last = [-math.inf]
+
+    def report(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] < every_seconds and done < total:
+            return
+        last[0] = now
+        eta = (now - start) / done * (total - done)
+        end = "\n" if done == total else "\r"
+        print(f"{label}: {done}/{total} blocks, ETA {eta:5.1f}s", end=end, file=sys.stderr)
+
+    return report

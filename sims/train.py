@@ -297,15 +297,14 @@ def train(config: TrainConfig, **kwargs) -> TrainResult:
 def stderr_progress(label: str, every_seconds: float = 1.0) -> Callable[[int, int], None]:
     """A progress callback that prints `label: k/n blocks, ETA` to stderr at most once a second."""
     start = time.perf_counter()
-    last = [-math.inf]
+    last = [start]  # silent for the first `every_seconds`: short runs print nothing
 
     def report(done: int, total: int) -> None:
         now = time.perf_counter()
-        if now - last[0] < every_seconds and done < total:
+        if now - last[0] < every_seconds:
             return
         last[0] = now
         eta = (now - start) / done * (total - done)
-        end = "\n" if done == total else "\r"
-        print(f"{label}: {done}/{total} blocks, ETA {eta:5.1f}s", end=end, file=sys.stderr)
+        print(f"{label}: {done}/{total} blocks, ETA {eta:5.1f}s", file=sys.stderr, flush=True)
 
     return report

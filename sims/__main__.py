@@ -1,0 +1,3 @@
+from sims.cli import main
+
+raise SystemExit(main())

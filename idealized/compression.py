@@ -121,7 +121,9 @@ class LowRank(AbstractCompressor):
         """Each phase's share of the mean squared singular value of `P_j` (uniform at init)."""
         dim = self.left.shape[2]
         eye = jnp.eye(dim, dtype=self.left.dtype)
-        maps = eye / self.left.shape[1] + jnp.einsum("hjdr,hjer->hjde", self.right, self.left)
+        maps = eye[None, None] / self.left.shape[1] + jnp.einsum(
+            "hjdr,hjer->hjde", self.right, self.left
+        )
         power = jnp.sum(maps**2, axis=(-2, -1))
         return power / jnp.sum(power, axis=-1, keepdims=True)
 
@@ -163,7 +165,7 @@ def init_compressor(
 
     At `init_scale = 0` every operator starts at (or, for `max_pool`, near) uniform pooling.
     """
-    H, s, d = config.heads, config.stride, config.dim
+    H, s, d = config.heads, config.slots, config.dim  # slots: 2 * stride with overlap
     noise = lambda shape: init_scale * jax.random.normal(key, shape, dtype)  # noqa: E731
     eye = jnp.broadcast_to(jnp.eye(d, dtype=dtype), (H, d, d))
     match config.operator:

@@ -206,7 +206,7 @@ def reduced_flow(
     n_save=101,
     rtol=1e-8,
     atol=1e-10,
-    event_level=1.0,
+    event_level=0.25,
     entropy_weight=0.0,
     phase_scale=None,
     gain_parametrisation="log",

@@ -129,42 +129,54 @@ def _ray_speed(direction, radius, gain, chunks, loss_is_ce):
     return -jax.vmap(jax.grad(along))(radius)
 
 
-def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=1.0, nodes=96):
-    """tau: nonlinear offset of the time to reach |P a| = event_level along a fixed ray.
+def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.25, nodes=96):
+    """tau: nonlinear offset of the time to reach |P a| = event_level along a ray (THEORY 7).
 
-    direction: (H, s) zero-sum-per-head unit vector v (normalised here); stride s,
-    chunks N, gain beta. Along the ray a = x v the flow's radial speed is
-    f(x) = -v . grad L(x v) -> lambda_v x; the time from x0 to x_f is
+    direction: (H, s) or (M, H, s) directions v (centred per head and normalised here);
+    stride s, chunks N, gain beta. Along the ray a = x v the flow's radial speed is
+    f(x) = -v . grad L(x v) -> lambda_v x (with M directions, f is averaged over them:
+    the direction-averaged radial flow). The time from x0 to x_f is
     int dlog x * x / f(x), so tau = int_{-inf}^{log x_f} (x / f(x) - 1/lambda_v) dlog x,
     a 1-D Gauss-Legendre quadrature (the integrand decays as x^2 for small x).
-    Returns (tau, lambda_v); tau is nan when the ray stalls (f <= 0) before x_f.
+    Returns (tau, lambda_v); tau is nan when the radial speed stalls (f <= 0) before x_f.
     """
     v = np.asarray(direction, float)
+    if v.ndim == 2:
+        v = v[None]
     v = v - v.mean(axis=-1, keepdims=True)
-    v = v / np.linalg.norm(v)
-    heads = v.shape[0]
+    v = v / np.linalg.norm(v, axis=(-2, -1), keepdims=True)
+    heads = v.shape[1]
     betas = jnp.full((heads,), float(gain))
     is_ce = jnp.asarray(loss == "ce")
-    small = 1e-4 * event_level
-    h = 1e-3 * small
-    lam = float(
-        (
-            _ray_speed(v, jnp.asarray([small + h]), betas, chunks, is_ce)[0]
-            - _ray_speed(v, jnp.asarray([small - h]), betas, chunks, is_ce)[0]
+
+    def mean_speed(radius):
+        radius = jnp.asarray(radius)
+        speeds = jax.vmap(_ray_speed, in_axes=(0, None, None, None, None))(
+            jnp.asarray(v), radius, betas, chunks, is_ce
         )
-        / (2 * h)
-    )
+        return np.asarray(jnp.mean(speeds, axis=0))
+
+    small = 1e-4 * event_level
+    lam = float(mean_speed(np.array([small]))[0] / small)
     y_top = math.log(event_level)
     y_bottom = y_top - 14.0
     xs, ws = np.polynomial.legendre.leggauss(nodes)
     ys = y_bottom + (xs + 1.0) * (y_top - y_bottom) / 2.0
     weights = ws * (y_top - y_bottom) / 2.0
     radius = np.exp(ys)
-    speed = np.asarray(_ray_speed(v, jnp.asarray(radius), betas, chunks, is_ce))
+    speed = mean_speed(radius)
     if np.any(speed <= 0.0):
         return np.nan, lam
     tau = float(np.sum(weights * (radius / speed - 1.0 / lam)))
     return tau, lam
+
+
+def _isotropic_directions(rng, count, heads, stride):
+    z = rng.standard_normal((count, heads, stride))
+    z = z - z.mean(axis=-1, keepdims=True)
+    if heads > 1:  # the dominant (differential) subspace
+        z = z - z.mean(axis=1, keepdims=True)
+    return z
 
 
 def specialization_time(
@@ -174,25 +186,26 @@ def specialization_time(
     init_scale,
     heads=1,
     loss="mse",
-    event_level=1.0,
+    event_level=0.25,
     pooling_logits=None,
-    directions=32,
+    directions=64,
     seed=0,
 ):
     """t*: first time the order parameter delta = |P a|_F reaches event_level (THEORY 7).
 
     Definitions shared with sims.flow.reduced_flow: delta(t) = Frobenius norm of the
     per-head centred pooling logits (= |log alpha - mean log alpha|, a function of the
-    pooling weights); the event is delta = event_level (default 1: the favoured and
-    disfavoured phases' weights differ by a factor of order e).
+    pooling weights); the event is delta = event_level (default 0.25: the end of the
+    linear phase, weights off uniform by about 10%; the later collapse onto a support
+    adds a further O(1/lambda) that depends on the start's direction, not on its size).
     Linear phase (thresholds module docstring): H = 1: delta(t) = delta_0 e^{lambda t};
     H >= 2: delta^2 = |common_0|^2 e^{2 lambda_c t} + |diff_0|^2 e^{2 lambda_d t}.
     Nonlinear tail: tau from ray_time_offset along the dominant mode.
-    With pooling_logits (H, s) (the actual start): delta_0, its modes and the ray
-    direction are those of that start. Without: logits init_scale * N(0, 1) of shape
-    (H, s); log|mode_0| takes its exact mean log(init_scale) + E log chi_k, and tau is
-    averaged over `directions` isotropic ray directions (fixed seed) -- a quadrature
-    over the sphere of starts, so semi-analytic.
+    With pooling_logits (H, s) (the actual start): delta_0 and its modes are those of
+    that start, tau that of its ray (the direction-averaged one if that ray stalls).
+    Without: logits init_scale * N(0, 1) of shape (H, s); log|mode_0| takes its exact
+    mean log(init_scale) + E log chi_k, and tau is that of the radial speed averaged over
+    `directions` isotropic directions (fixed seed): semi-analytic, a 1-D quadrature.
     Returns t* (float; inf if uniform pooling is stable).
     """
     lam_c, lam_d = (float(x) for x in growth_rates(stride, chunks, gain, heads, loss))
@@ -218,15 +231,12 @@ def specialization_time(
             if heads > 1
             else -math.inf
         )
-        rays = []
-        for _ in range(directions):
-            z = rng.standard_normal((heads, stride))
-            z = z - z.mean(axis=-1, keepdims=True)
-            if heads > 1:
-                z = z - z.mean(axis=0, keepdims=True)
-            rays.append(z)
-    taus = [ray_time_offset(v, stride, chunks, gain, loss, event_level)[0] for v in rays]
-    tau = float(np.nanmean(taus)) if np.any(np.isfinite(taus)) else 0.0
+        rays = list(_isotropic_directions(rng, directions, heads, stride))
+    tau = ray_time_offset(np.stack(rays), stride, chunks, gain, loss, event_level)[0]
+    if not np.isfinite(tau):
+        isotropic = _isotropic_directions(rng, directions, heads, stride)
+        tau = ray_time_offset(isotropic, stride, chunks, gain, loss, event_level)[0]
+    tau = float(tau) if np.isfinite(tau) else 0.0
     log_level = math.log(event_level)
     if heads == 1:
         return (log_level - log_common) / lam + tau

@@ -1,0 +1,134 @@
+"""Growth rates, thresholds and time to specialise (theory.thresholds) vs the reduced flow."""
+
+import jax
+import numpy as np
+import pytest
+
+from sims.flow import reduced_flow
+from theory import critical_chunks, critical_gain, growth_rate, growth_rates, specialization_time
+
+GROWTH_RTOL = 1e-3  # early exponential phase vs closed form
+TIME_RTOL = 0.10  # time to specialise: prediction vs ODE
+N_SAVE = 101
+BATCH = 8
+
+
+def log_weights_centred(weights):
+    logs = np.log(np.asarray(weights))
+    return logs - logs.mean(axis=-1, keepdims=True)
+
+
+def fitted_rates(hist, i0, i1):
+    """Exponential rates of the common and differential parts of P a between two saves."""
+    centred = log_weights_centred(hist.pooling_weights)  # (B, T, H, s)
+    common = centred.mean(axis=2, keepdims=True)
+    parts = (common, centred - common)
+    dt = float(hist.times[0, i1] - hist.times[0, i0])
+    norms = [np.linalg.norm(p, axis=(-2, -1)) for p in parts]
+    return [np.log(n[:, i1] / n[:, i0]) / dt if np.all(n > 0) else None for n in norms]
+
+
+def test_closed_form_numbers_in_theory():
+    np.testing.assert_allclose(growth_rate(8, 64, 16.0), 0.058524, atol=5e-7)
+    np.testing.assert_allclose(growth_rate(4, 64, 8.0), 0.117048, atol=5e-7)
+    np.testing.assert_allclose(critical_chunks(16.0, 8), 15.78, atol=5e-3)
+    np.testing.assert_allclose(critical_gain(critical_chunks(16.0, 8), 8), 16.0, rtol=1e-12)
+    np.testing.assert_allclose(critical_gain(critical_chunks(16.0, 8, 3), 8, 3), 16.0, rtol=1e-12)
+    assert growth_rate(8, 64, 16.0, loss="ce") < 0.0  # one ce head is convex
+
+
+@pytest.mark.parametrize(
+    ("stride", "chunks", "gain"),
+    [
+        (8, [64, 256, 20, 64, 64, 30, 100, 17], [16, 16, 16, 24, 12, 16, 20, 16]),
+        (4, [64, 64, 20, 256, 64, 40, 30, 100], [8, 6, 8, 8, 10, 8, 5, 12]),
+    ],
+)
+def test_growth_rate_matches_early_flow(stride, chunks, gain):
+    chunks, gain = np.asarray(chunks, float), np.asarray(gain, float)
+    hist = reduced_flow(
+        jax.random.split(jax.random.PRNGKey(stride), BATCH),
+        stride=stride,
+        chunks=chunks,
+        gain=gain,
+        init_scale=1e-7,
+        t_end=50.0,
+        n_save=N_SAVE,
+        rtol=1e-11,
+        atol=1e-18,
+    )
+    common, _ = fitted_rates(hist, 20, 100)
+    np.testing.assert_allclose(common, growth_rate(stride, chunks, gain), rtol=GROWTH_RTOL)
+
+
+def test_multi_head_growth_rates_match_early_flow():
+    chunks = np.array([64, 64, 256, 20, 64, 30, 100, 64], float)
+    gain = np.array([16, 24, 16, 16, 12, 16, 20, 8], float)
+    hist = reduced_flow(
+        jax.random.split(jax.random.PRNGKey(3), BATCH),
+        stride=8,
+        heads=2,
+        chunks=chunks,
+        gain=gain,
+        init_scale=1e-7,
+        t_end=50.0,
+        n_save=N_SAVE,
+        rtol=1e-11,
+        atol=1e-18,
+    )
+    common, differential = fitted_rates(hist, 20, 100)
+    lam_c, lam_d = growth_rates(8, chunks, gain, heads=2)
+    np.testing.assert_allclose(common, lam_c, rtol=GROWTH_RTOL)
+    np.testing.assert_allclose(differential, lam_d, rtol=GROWTH_RTOL)
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_threshold_uniform_below_specialised_above(heads):
+    pairs = [(12.0, 8), (16.0, 8), (20.0, 8), (24.0, 8)]
+    gains, chunks = [], []
+    for gain, stride in pairs:
+        n_c = float(critical_chunks(gain, stride, heads))
+        gains += [gain, gain]
+        chunks += [np.floor(n_c), np.ceil(n_c)]
+    hist = reduced_flow(
+        jax.random.split(jax.random.PRNGKey(4), BATCH),
+        stride=8,
+        heads=heads,
+        chunks=np.asarray(chunks),
+        gain=np.asarray(gains),
+        init_scale=1e-3,
+        t_end=2e5,
+        n_save=N_SAVE,
+    )
+    spread = np.linalg.norm(log_weights_centred(hist.pooling_weights), axis=(-2, -1))
+    below, above = slice(0, None, 2), slice(1, None, 2)
+    assert np.all(spread[below, -1] < 1e-3 * spread[below, 0])  # decayed back to uniform
+    assert np.all(np.isinf(hist.specialization_time[below]))
+    assert np.all(np.isfinite(hist.specialization_time[above]))
+    assert np.all(spread[above, -1] > 1.0)
+
+
+@pytest.mark.parametrize(
+    ("stride", "chunks", "gain"), [(8, 64, 16.0), (8, 256, 16.0), (4, 64, 8.0)]
+)
+def test_specialization_time_within_ten_percent(stride, chunks, gain):
+    rng = np.random.default_rng(stride + chunks)
+    for init_scale in (1e-6, 1e-4, 1e-2):
+        logits0 = init_scale * rng.standard_normal((BATCH, 1, stride))
+        hist = reduced_flow(
+            stride=stride,
+            chunks=chunks,
+            gain=gain,
+            init_pooling_logits=logits0,
+            t_end=3000.0,
+            n_save=N_SAVE,
+            rtol=1e-9,
+            atol=1e-14,
+        )
+        ode = np.asarray(hist.specialization_time)
+        per_start = [
+            specialization_time(stride, chunks, gain, init_scale, pooling_logits=z) for z in logits0
+        ]
+        np.testing.assert_allclose(per_start, ode, rtol=TIME_RTOL)
+        typical = specialization_time(stride, chunks, gain, init_scale)
+        np.testing.assert_allclose(typical, np.mean(ode), rtol=TIME_RTOL)

@@ -23,6 +23,9 @@ PHASE_WEIGHTED_OPERATORS = ("softmax_pool", "mean_pool", "linear")
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("sgd", "adam")
 
+# Operators whose pooling weights are a distribution over phases (the phase-entropy regulariser).
+DISTRIBUTION_POOLING_OPERATORS = ("softmax_pool", "mean_pool", "low_rank", "deepseek_v4")
+
 # Fields of TrainConfig that travel as arrays (one compiled program for all their values).
 HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
 
@@ -68,6 +71,15 @@ class ModelConfig:
     `heads` H. `operator` is the compression operator, `loss` the training loss.
     `rank` is the rank of each phase's correction under `low_rank`; `rope_dim`
     is the number of rotary channels (`deepseek_v4` and `rope_anchor`).
+
+    Chunking variants and mitigations (issue 4; all off by default):
+    `rope_anchor` rotates the last `rope_dim` channels of each compressed key to its
+    chunk's first position and the query to its own (needs the real keys);
+    `phase_entropy` adds `-phase_entropy * mean_h entropy(alpha_h)` to the objective
+    (static: a new value compiles a new program); `stagger` shifts head h's chunk
+    boundaries by `h * s // H` tokens; `overlap` pools windows of `2s` tokens (previous
+    chunk and own chunk) with stride `s`; `offset_ensemble` K averages the readout over
+    K chunkings shifted by `k * s // K` at inference (training is unchanged).
     """
 
     stride: int = 8
@@ -80,6 +92,11 @@ class ModelConfig:
     learn_projections: bool = False
     rank: int = 4
     rope_dim: int = 0
+    rope_anchor: bool = False
+    phase_entropy: float = 0.0
+    stagger: bool = False
+    overlap: bool = False
+    offset_ensemble: int = 1
 
     def __post_init__(self):
         _int_at_least("stride", self.stride, 1)
@@ -94,11 +111,50 @@ class ModelConfig:
             raise ConfigError(
                 "rope_dim", f"must be even and <= --dim ({self.dim}), got {self.rope_dim}"
             )
+        self._validate_chunking()
+
+    def _validate_chunking(self) -> None:
+        for flag in ("rope_anchor", "stagger", "overlap"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, f"must be true or false, got {getattr(self, flag)!r}")
+        if self.rope_anchor and self.rope_dim == 0:
+            raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
+        _nonnegative_finite("phase_entropy", self.phase_entropy)
+        if self.phase_entropy > 0 and self.operator not in DISTRIBUTION_POOLING_OPERATORS:
+            raise ConfigError(
+                "phase_entropy",
+                f"needs pooling weights that form a distribution "
+                f"({', '.join(DISTRIBUTION_POOLING_OPERATORS)}), not {self.operator}",
+            )
+        _int_at_least("offset_ensemble", self.offset_ensemble, 1)
+        if self.offset_ensemble > self.stride:
+            raise ConfigError(
+                "offset_ensemble",
+                f"must be <= --stride ({self.stride}), got {self.offset_ensemble}",
+            )
+        if self.operator == "deepseek_v4":
+            for flag in ("rope_anchor", "stagger", "overlap", "offset_ensemble"):
+                if getattr(self, flag) not in (False, 1):
+                    raise ConfigError(flag, "does not apply to deepseek_v4 (it chunks itself)")
+
+    @property
+    def slots(self) -> int:
+        """Tokens pooled into one cache entry: `2s` with `overlap`, else `s`."""
+        return 2 * self.stride if self.overlap else self.stride
+
+    @property
+    def chunking_variant(self) -> bool:
+        """True when the logits need the needle's position (staggered, overlapping or RoPE-anchored)."""
+        return self.rope_anchor or self.stagger or self.overlap
 
     @property
     def uses_gram(self) -> bool:
         """True when the logits depend on the keys only through `q . x[c, j]` (the fast path)."""
-        return self.operator in PHASE_WEIGHTED_OPERATORS and not self.learn_projections
+        return (
+            self.operator in PHASE_WEIGHTED_OPERATORS
+            and not self.learn_projections
+            and not self.rope_anchor
+        )
 
 
 @dataclass(frozen=True)
@@ -122,6 +178,11 @@ class TrainConfig:
     learn_projections: bool = False
     rank: int = 4
     rope_dim: int = 0
+    rope_anchor: bool = False
+    phase_entropy: float = 0.0
+    stagger: bool = False
+    overlap: bool = False
+    offset_ensemble: int = 1
     optimizer: str = "sgd"
     steps: int = 600
     batch: int = 256

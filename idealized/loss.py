@@ -44,8 +44,8 @@ def needle_position(batch: Batch) -> Int[Array, " B"]:
 def batch_logits(model: RetrievalModel, batch: Batch) -> Float[Array, "B H N"]:
     if model.needs_position:  # stagger / overlap / rope_anchor: entries aligned to the needle
         if batch.gram is not None:
-            return jax.vmap(lambda p, g: model.logits_at(p, gram=g))(
-                needle_position(batch), batch.gram
+            return jax.vmap(lambda p, g, r: model.logits_at(p, gram=g, rope_norms=r))(
+                needle_position(batch), batch.gram, batch.rope_norms
             )
         return jax.vmap(lambda p, k, q: model.logits_at(p, keys=k, query=q))(
             needle_position(batch), batch.keys, batch.query
@@ -60,8 +60,8 @@ def inference_logits(model: RetrievalModel, batch: Batch) -> Float[Array, "B KH 
     if model.offset_ensemble == 1:
         return batch_logits(model, batch)
     if batch.gram is not None:
-        return jax.vmap(lambda p, g: model.inference_logits(p, gram=g))(
-            needle_position(batch), batch.gram
+        return jax.vmap(lambda p, g, r: model.inference_logits(p, gram=g, rope_norms=r))(
+            needle_position(batch), batch.gram, batch.rope_norms
         )
     return jax.vmap(lambda p, k, q: model.inference_logits(p, keys=k, query=q))(
         needle_position(batch), batch.keys, batch.query

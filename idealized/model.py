@@ -13,7 +13,72 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from .compression import AbstractCompressor, init_compressor
 from .config import ModelConfig
+from .deepseek_v4 import _interleaved_rope
 from .types import Gram, Keys, Logits, PoolingWeights, Query
+
+ROPE_THETA = 10000.0
+"""RoPE base for `rope_anchor`: pair i turns at `ROPE_THETA ** (-2i / rope_dim)` per token."""
+
+
+def shift_tokens(x: Float[Array, "N s ..."], offset: int) -> Float[Array, "N s ..."]:
+    """Chunk the context (a ring of `N s` tokens) so that entry e starts at token `e s + offset`."""
+    if offset == 0:
+        return x
+    n, s = x.shape[:2]
+    flat = x.reshape((n * s, *x.shape[2:]))
+    return jnp.roll(flat, -offset, axis=0).reshape(x.shape)
+
+
+def overlap_windows(x: Float[Array, "N s ..."]) -> Float[Array, "N 2s ..."]:
+    """Windows of `2s` tokens with stride `s`: [previous chunk | own chunk] (a ring, no masking)."""
+    return jnp.concatenate([jnp.roll(x, 1, axis=0), x], axis=1)
+
+
+def rope_rotate(x: Float[Array, "C d"], positions, rope_dim: int) -> Float[Array, "C d"]:
+    """Rotate the last `rope_dim` channels (interleaved pairs, as DeepSeek-V4) to `positions`."""
+    dim = x.shape[-1]
+    positions = jnp.asarray(positions, x.dtype)
+    rotated = _interleaved_rope(x[:, dim - rope_dim :], positions, ROPE_THETA)
+    return jnp.concatenate([x[:, : dim - rope_dim], rotated], axis=1)
+
+
+def rope_frequencies(rope_dim: int, dtype=jnp.float32) -> Float[Array, " R"]:
+    """`theta_i = ROPE_THETA ** (-2i / rope_dim)`, one per rotary pair."""
+    return ROPE_THETA ** (-jnp.arange(0, rope_dim, 2, dtype=dtype) / rope_dim)
+
+
+def anchored_self_product(rope_norms: Float[Array, " R1"], relative) -> Float[Array, ""]:
+    """`q . R(-rel) q` for a query whose squared norms are `rope_norms`.
+
+    `rope_norms = (|q_plain|^2, |q_pair_0|^2, ...)`: the non-rotary channels and each
+    rotary pair. A key equal to the query, anchored `relative` tokens before it, gives
+    `|q_plain|^2 + sum_i |q_pair_i|^2 cos(relative * theta_i)`.
+    """
+    rope_dim = 2 * (rope_norms.shape[0] - 1)
+    angles = jnp.asarray(relative, rope_norms.dtype) * rope_frequencies(rope_dim, rope_norms.dtype)
+    return rope_norms[0] + jnp.sum(rope_norms[1:] * jnp.cos(angles))
+
+
+def align_to_needle(logits: Float[Array, " N"], position, offset: int, stride: int):
+    """Relabel the entries of a chunking shifted by `offset` so the needle's entry is `c*`.
+
+    The needle at token `p = c* s + phi` lies in entry `c*` when `phi >= offset`, else in
+    `c* - 1`; rolling by one in the latter case puts it at `c*` (a bijection on entries, so
+    distractors stay distractors: the readout is by content, not by token index).
+    """
+    if offset:
+        logits = jnp.roll(logits, (position % stride < offset).astype(jnp.int32))
+    return logits
+
+
+def merge_overlap_alias(logits: Float[Array, " N"], position, stride: int) -> Float[Array, " N"]:
+    """With overlapping windows the needle also lies in entry `c* + 1` (its previous-chunk
+    slots): both entries hold the answer, so their probability is merged into `c*`."""
+    needle = position // stride
+    alias = (needle + 1) % logits.shape[0]
+    merged = jnp.logaddexp(logits[needle], logits[alias])
+    excluded = -0.5 * jnp.finfo(logits.dtype).max
+    return logits.at[needle].set(merged).at[alias].set(excluded)
 
 
 class RetrievalModel(eqx.Module):
@@ -28,6 +93,12 @@ class RetrievalModel(eqx.Module):
     query_projection: Float[Array, "H d d"] | None
     key_projection: Float[Array, "H d d"] | None
     learn_gain: bool = eqx.field(static=True)
+    rope_dim: int = eqx.field(static=True, default=0)
+    rope_anchor: bool = eqx.field(static=True, default=False)
+    stagger: bool = eqx.field(static=True, default=False)
+    overlap: bool = eqx.field(static=True, default=False)
+    phase_entropy: float = eqx.field(static=True, default=0.0)
+    offset_ensemble: int = eqx.field(static=True, default=1)
 
     @property
     def gain(self) -> Float[Array, " H"]:
@@ -56,6 +127,113 @@ class RetrievalModel(eqx.Module):
             compressed = jnp.einsum("hce,hed->hcd", compressed, self.key_projection)
         return self.gain[:, None] * jnp.einsum("hd,hcd->hc", q, compressed)
 
+    @property
+    def needs_position(self) -> bool:
+        """True when the logits depend on the needle's position (stagger, overlap, rope_anchor)."""
+        return self.rope_anchor or self.stagger or self.overlap
+
+    def head_offsets(self, stride: int, extra: int = 0) -> tuple[int, ...]:
+        """Each head's chunk-boundary shift in tokens: `h s // H` under `stagger` (plus `extra`)."""
+        heads = self.log_gain.shape[0]
+        return tuple(
+            ((h * stride // heads if self.stagger else 0) + extra) % stride for h in range(heads)
+        )
+
+    def logits_at(
+        self,
+        position,
+        gram: Gram | None = None,
+        keys: Keys | None = None,
+        query: Query | None = None,
+        extra_offset: int = 0,
+        rope_norms: Float[Array, " R1"] | None = None,
+    ) -> Logits:
+        """`(H, N)` logits for a needle at token `position`, entries aligned so the needle's is `c*`.
+
+        The general path behind `stagger`, `overlap`, `rope_anchor` and offset ensembles
+        (`extra_offset` shifts every head's chunking): head h chunks the ring of tokens
+        from `head_offsets[h]`, optionally into overlapping windows, and with
+        `rope_anchor` its compressed key of entry e is rotated to `e s` and the query to
+        its own position in the same chunking. Pass `gram` (phase-weighted operators) or
+        `keys` and `query`. Under `rope_anchor` the gram path is exact too: rotating an
+        independent isotropic key leaves `q . x` distributed as before, so only the
+        needle's own product changes, to `anchored_self_product(rope_norms, rel)` with
+        `rel` its offset from the entry's anchor (`idealized.task` draws `rope_norms`).
+        """
+        source = gram if gram is not None else keys
+        chunks, stride = source.shape[:2]
+        offsets = self.head_offsets(stride, extra_offset)
+        heads = []
+        cache: dict[int, Array] = {}
+        for h, offset in enumerate(offsets):
+            if offset not in cache:
+                shifted = shift_tokens(source, offset)
+                cache[offset] = overlap_windows(shifted) if self.overlap else shifted
+            chunked = cache[offset]
+            if gram is not None:
+                weights = self.compressor.phase_weights()[h]
+                z = jnp.einsum("j,cj->c", weights, chunked)
+            else:
+                z = self._key_logits(h, chunked, query, (position - offset) % (chunks * stride))
+            z = align_to_needle(z, position, offset, stride)
+            if gram is not None and self.rope_anchor:
+                z = z + self._anchored_needle_correction(h, gram, position, offset, rope_norms)
+            z = self.gain[h] * z
+            if self.overlap:
+                z = merge_overlap_alias(z, position, stride)
+            heads.append(z)
+        return jnp.stack(heads)
+
+    def _anchored_needle_correction(self, h, gram, position, offset, rope_norms):
+        # The aligned needle entry c* holds the needle at its own-chunk slot, anchored
+        # `head_phase` tokens earlier; with overlap, entry c* + 1 holds it at its
+        # previous-chunk slot, anchored `s - head_phase` tokens later.
+        chunks, stride = gram.shape
+        needle = position // stride
+        head_phase = (position - offset) % stride
+        plain = gram[needle, position % stride]
+        weights = self.compressor.phase_weights()[h]
+        own = stride + head_phase if self.overlap else head_phase
+        delta = jnp.zeros((chunks,), gram.dtype)
+        own_value = anchored_self_product(rope_norms, head_phase)
+        delta = delta.at[needle].add(weights[own] * (own_value - plain))
+        if self.overlap:
+            prev_value = anchored_self_product(rope_norms, head_phase - stride)
+            alias = (needle + 1) % chunks
+            delta = delta.at[alias].add(weights[head_phase] * (prev_value - plain))
+        return delta
+
+    def _key_logits(self, h: int, chunked, query: Query, local_position) -> Float[Array, " N"]:
+        compressed = self.compressor(chunked)[h]
+        q = query
+        if self.query_projection is not None:
+            q = query @ self.query_projection[h]
+            compressed = compressed @ self.key_projection[h]
+        if self.rope_anchor:
+            stride = chunked.shape[1] // 2 if self.overlap else chunked.shape[1]
+            starts = jnp.arange(compressed.shape[0]) * stride
+            compressed = rope_rotate(compressed, starts, self.rope_dim)
+            q = rope_rotate(q[None], local_position[None], self.rope_dim)[0]
+        return compressed @ q
+
+    def inference_logits(
+        self, position, gram=None, keys=None, query=None, rope_norms=None
+    ) -> Logits:
+        """`(K H, N)`: the logits of every head under each of the `offset_ensemble` K chunkings.
+
+        Chunking k is shifted by `k s // K` tokens; `head_average` over all K H rows is the
+        ensembled readout. With K = 1 and no chunking variant this is the plain model.
+        """
+        source = gram if gram is not None else keys
+        stride = source.shape[1]
+        members = [
+            self.logits_at(
+                position, gram, keys, query, k * stride // self.offset_ensemble, rope_norms
+            )
+            for k in range(self.offset_ensemble)
+        ]
+        return jnp.concatenate(members, axis=0)
+
     def decayed(self) -> list[Array]:
         """The weights that weight decay penalises: the gain (if learned) and the projections."""
         leaves = [self.gain] if self.learn_gain else []
@@ -80,4 +258,10 @@ def init_model(
         query_projection=projection,
         key_projection=projection,
         learn_gain=config.learn_gain,
+        rope_dim=config.rope_dim,
+        rope_anchor=config.rope_anchor,
+        stagger=config.stagger,
+        overlap=config.overlap,
+        phase_entropy=float(config.phase_entropy),
+        offset_ensemble=config.offset_ensemble,
     )

@@ -29,6 +29,9 @@ class Batch(eqx.Module):
     gram: Float[Array, "B N s"] | None = None
     keys: Float[Array, "B N s d"] | None = None
     query: Float[Array, "B d"] | None = None
+    rope_norms: Float[Array, "B R1"] | None = None
+    """With `rope_anchor` on the inner-product path: the query's squared norm split into its
+    non-rotary channels and each rotary pair (`idealized.model.anchored_self_product`)."""
 
 
 def sample_batch(
@@ -52,7 +55,20 @@ def sample_batch(
     if keys:
         x = jax.random.normal(k_keys, (batch, N, s, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
         return Batch(target=target, phase=phases, keys=x, query=x[rows, target, phases])
-    norm2 = jax.random.chisquare(k_norm, d, (batch,), dtype) / d
+    rope_norms = None
+    if config.rope_anchor:  # |q|^2 = plain part + one chi^2_2 / d per rotary pair, exactly
+        pairs = config.rope_dim // 2
+        k_norm, k_pairs = jax.random.split(k_norm)
+        plain = jnp.zeros((batch, 1), dtype)
+        if d > config.rope_dim:
+            plain = jax.random.chisquare(k_norm, d - config.rope_dim, (batch, 1), dtype) / d
+        rope_norms = jnp.concatenate(
+            [plain, jax.random.chisquare(k_pairs, 2, (batch, pairs), dtype) / d], axis=1
+        )
+        norm2 = jnp.sum(rope_norms, axis=1)
+    else:
+        norm2 = jax.random.chisquare(k_norm, d, (batch,), dtype) / d
     scale = jnp.sqrt(norm2 / d)[:, None, None]
     gram = scale * jax.random.normal(k_keys, (batch, N, s), dtype)
-    return Batch(target=target, phase=phases, gram=gram.at[rows, target, phases].set(norm2))
+    gram = gram.at[rows, target, phases].set(norm2)
+    return Batch(target=target, phase=phases, gram=gram, rope_norms=rope_norms)

@@ -43,6 +43,32 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--rank", type=int, default=_DEFAULT.rank, help="rank under low_rank")
     group.add_argument("--rope-dim", type=int, default=_DEFAULT.rope_dim, help="rotary channels")
     group.add_argument(
+        "--rope-anchor",
+        action="store_true",
+        help="rotate compressed keys to their chunk's first token, queries to their own (needs --rope-dim)",
+    )
+    mitigation = parser.add_argument_group("mitigations")
+    mitigation.add_argument(
+        "--phase-entropy",
+        type=float,
+        default=_DEFAULT.phase_entropy,
+        metavar="REG",
+        help="reward entropy of the pooling weights: loss - REG * mean_h H(alpha_h)",
+    )
+    mitigation.add_argument(
+        "--stagger", action="store_true", help="head h shifts its chunk boundaries by h*s//H"
+    )
+    mitigation.add_argument(
+        "--overlap", action="store_true", help="pool windows of 2s tokens with stride s"
+    )
+    mitigation.add_argument(
+        "--offset-ensemble",
+        type=int,
+        default=_DEFAULT.offset_ensemble,
+        metavar="K",
+        help="at inference, average the readout over K chunkings shifted by k*s//K",
+    )
+    group.add_argument(
         "--optimizer", default=_DEFAULT.optimizer, help=f"one of {', '.join(OPTIMIZERS)}"
     )
     group.add_argument("--lr", type=float, default=_DEFAULT.lr, help="learning rate")

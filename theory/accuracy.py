@@ -1,0 +1,148 @@
+"""Finite-d retrieval accuracy per phase from the pooling weights (THEORY 6.12, 7).
+
+Derivation (single head, query q = x[c*, phi], keys i.i.d. N(0, I/d)). Condition on
+q and write r = |q|^2 ~ chi2_d / d. Every other key x is independent of q, so
+q . x ~ N(0, r/d), independently across keys. Hence, given r,
+
+    needle logit     z* = beta (alpha_phi r + sqrt(r/d) s_phi Z),  s_phi^2 = sum_{j != phi} alpha_j^2,
+    distractor logit z_c = beta sqrt(r/d) |alpha| Z_c,              c != c*,
+
+all independent Gaussians. beta > 0 and sqrt(r/d) drop out of the argmax; with
+rho = sqrt(r d) ~ chi_d and M the max of N-1 standard normals,
+
+    acc[phi] = P(|alpha| M < alpha_phi rho + s_phi Z) = E_{rho, Z} Phi((alpha_phi rho + s_phi Z)/|alpha|)^(N-1),
+
+a 2-D integral done here by Gauss-Legendre in rho (against the chi_d density) and
+Gauss-Hermite in Z: exact up to quadrature error. THEORY 7's simpler approximation
+replaces r by its mean and the needle variance by (2 alpha_phi^2 + s_phi^2)/d
+(phase_accuracy_gaussian).
+"""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import log_ndtr
+
+
+def _chi_nodes(dim, nodes):
+    centre = math.sqrt(max(dim - 1.0, 0.0))
+    lo, hi = max(centre - 12.0, 0.0), centre + 12.0
+    x, w = np.polynomial.legendre.leggauss(nodes)
+    rho = lo + (x + 1.0) * (hi - lo) / 2.0
+    log_density = (
+        (dim - 1.0) * np.log(np.maximum(rho, 1e-300))
+        - rho**2 / 2.0
+        - (dim / 2.0 - 1.0) * math.log(2.0)
+        - math.lgamma(dim / 2.0)
+    )
+    weights = w * (hi - lo) / 2.0 * np.exp(log_density)
+    return rho, weights / weights.sum()
+
+
+def _normal_nodes(nodes):
+    z, w = np.polynomial.hermite_e.hermegauss(nodes)
+    return z, w / w.sum()
+
+
+def _beats_max_of_distractors(margin, chunks):
+    """Phi(margin)^(N-1): probability a needle at this standardised margin wins."""
+    return np.asarray(jnp.exp((chunks - 1.0) * log_ndtr(jnp.asarray(margin))))
+
+
+def phase_accuracy(pooling_weights, gain, chunks, dim, nodes=96):
+    """acc[phi]: probability the needle chunk's logit beats all N-1 distractors (THEORY 6.12).
+
+    pooling_weights: (s,) alpha of one head; gain: beta > 0 (the argmax does not depend
+    on it for one head); chunks: N; dim: d, or inf for the large-d limit (needle logit
+    beta alpha_phi against distractors at 0: accuracy 1 where alpha_phi > 0, 1/N for
+    an exactly dropped phase, all N logits tied). Exact 2-D quadrature (module docstring).
+    Returns (s,).
+    """
+    del gain
+    alpha = np.asarray(pooling_weights, dtype=float)
+    if math.isinf(dim):
+        return np.where(alpha > 0.0, 1.0, 1.0 / chunks)
+    norm = np.linalg.norm(alpha)
+    others = np.sqrt(np.maximum(norm**2 - alpha**2, 0.0))
+    rho, w_rho = _chi_nodes(dim, nodes)
+    z, w_z = _normal_nodes(nodes)
+    margin = (
+        alpha[:, None, None] * rho[None, :, None] + others[:, None, None] * z[None, None, :]
+    ) / norm
+    win = _beats_max_of_distractors(margin, chunks)
+    return np.einsum("pij,i,j->p", win, w_rho, w_z)
+
+
+def phase_accuracy_gaussian(pooling_weights, gain, chunks, dim, nodes=96):
+    """acc[phi] from THEORY 7's independent-Gaussian approximation (one 1-D integral).
+
+    Needle logit ~ N(beta alpha_phi, beta^2 (2 alpha_phi^2 + s_phi^2)/d), distractors
+    ~ N(0, beta^2 |alpha|^2 / d), independent. Arguments as phase_accuracy. Returns (s,).
+    """
+    del gain
+    alpha = np.asarray(pooling_weights, dtype=float)
+    norm = np.linalg.norm(alpha)
+    needle_sd = np.sqrt((norm**2 + alpha**2) / dim)
+    z, w_z = _normal_nodes(nodes)
+    margin = (alpha[:, None] + needle_sd[:, None] * z[None, :]) / (norm / math.sqrt(dim))
+    return _beats_max_of_distractors(margin, chunks) @ w_z
+
+
+def phase_accuracy_heads(pooling_weights, gain, chunks, dim, nodes=96):
+    """acc[phi] with H heads, approximated by the best head at each phase.
+
+    pooling_weights: (H, s); gain: (H,) (unused); chunks N; dim d. Approximation: the
+    averaged readout Pbar is decided by the head with the largest needle margin, so
+    acc[phi] ~ max_h acc_h[phi] (exact when one head covers each phase and the others
+    are flat across chunks; it ignores the heads' shared keys and their soft votes).
+    Returns (s,).
+    """
+    weights = np.atleast_2d(np.asarray(pooling_weights, dtype=float))
+    per_head = [phase_accuracy(w, None, chunks, dim, nodes) for w in weights]
+    return np.max(np.stack(per_head), axis=0)
+
+
+def support_weights(stride, support):
+    """Equal weights 1/k on a support: support is a size k (phases 0..k-1) or a (s,) mask.
+
+    Returns (s,) pooling weights (the k-phase state of THEORY 6.4).
+    """
+    if np.ndim(support) == 0:
+        mask = np.arange(stride) < int(support)
+    else:
+        mask = np.asarray(support, dtype=bool)
+    return mask / mask.sum()
+
+
+def phase_accuracy_profile(stride, chunks, support, dim, dropped_weight=0.0):
+    """acc[phi] of the k-phase state (THEORY 6.4): covered phases vs dropped weak spots.
+
+    stride s, chunks N, support (size k or (s,) mask), dim d (inf allowed);
+    dropped_weight: weight left on each dropped phase (the flow leaves them small, not 0;
+    renormalised). Returns (s,).
+    """
+    weights = support_weights(stride, support)
+    weights = np.where(weights > 0, weights, dropped_weight)
+    return phase_accuracy(weights / weights.sum(), None, chunks, dim)
+
+
+def delta_max(accuracy):
+    """max_phi acc - min_phi acc (THEORY 4). accuracy: (..., s). Returns (...)."""
+    accuracy = np.asarray(accuracy)
+    return accuracy.max(axis=-1) - accuracy.min(axis=-1)
+
+
+def psc(accuracy):
+    """Phase Sensitivity Coefficient var_phi(acc) / mean_phi(acc), population variance (THEORY 4).
+
+    accuracy: (..., s). Returns (...).
+    """
+    accuracy = np.asarray(accuracy)
+    return accuracy.var(axis=-1) / accuracy.mean(axis=-1)
+
+
+def psc_std(accuracy):
+    """std_phi(acc) / mean_phi(acc) (THEORY 4). accuracy: (..., s). Returns (...)."""
+    accuracy = np.asarray(accuracy)
+    return accuracy.std(axis=-1) / accuracy.mean(axis=-1)

@@ -1,0 +1,75 @@
+import numpy as np
+import pytest
+
+from idealized.config import TrainConfig
+from sims import train as trainer
+from sims.train import TrainingDiverged, train, train_many
+
+CANONICAL = TrainConfig(eval_samples=1024)  # stride 8, 64 chunks, d 64, gain 16, SGD lr 2, batch 256
+SMALL = TrainConfig(stride=4, chunks=16, dim=16, gain=8.0, batch=64, steps=40, eval_every=10, eval_samples=128)
+
+
+def test_canonical_run_collapses_onto_three_phases():
+    """THEORY.md 6.4/6.7: past the threshold (N_c = 15.78) SGD collapses onto 3 phases."""
+    for result in train_many([CANONICAL.replace(seed=s) for s in range(3)]):
+        summary = result.summary()
+        assert summary["support_size"] == [3], summary["pooling_weights"]
+        assert summary["delta_max"] >= 0.6
+        covered = np.asarray(summary["pooling_weights"][0]) > 1 / 16
+        acc = np.asarray(summary["phase_accuracy"])
+        assert acc[covered].min() > 0.9 and acc[~covered].max() < 0.1
+
+
+def test_below_threshold_pooling_stays_uniform():
+    """N = 12 < N_c = 15.78: uniform pooling is stable; only minibatch noise moves the weights."""
+    results = train_many([CANONICAL.replace(chunks=12, seed=s) for s in range(4)])
+    deltas = []
+    for result in results:
+        summary = result.summary()
+        assert summary["support_size"] == [8]
+        weights = np.asarray(summary["pooling_weights"][0])
+        assert np.abs(weights - 1 / 8).max() < 0.05
+        deltas.append(summary["delta_max"])
+    assert np.mean(deltas) <= 0.15
+
+
+def test_vmapped_runs_equal_single_runs_and_are_deterministic():
+    configs = [SMALL.replace(seed=1, lr=1.0), SMALL.replace(seed=2, gain=6.0, init_scale=0.3)]
+    batched = train_many(configs)
+    for config, together in zip(configs, batched, strict=True):
+        alone = train(config)
+        again = train(config)
+        np.testing.assert_array_equal(alone.history.pooling_weights, again.history.pooling_weights)
+        np.testing.assert_array_equal(alone.history.phase_accuracy, again.history.phase_accuracy)
+        np.testing.assert_allclose(
+            together.history.pooling_weights, alone.history.pooling_weights, rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(together.step_loss, alone.step_loss, rtol=1e-5)
+
+
+def test_new_hyperparameter_values_do_not_recompile():
+    train_many([SMALL.replace(seed=0), SMALL.replace(seed=1)])
+    sizes = trainer._advance_many._cache_size(), trainer._init_many._cache_size()
+    train_many(
+        [SMALL.replace(seed=5, lr=0.3, gain=3.0), SMALL.replace(seed=6, weight_decay=1e-3, init_scale=0.5)]
+    )
+    assert (trainer._advance_many._cache_size(), trainer._init_many._cache_size()) == sizes
+
+
+def test_history_times_are_lr_times_steps():
+    result = train(SMALL.replace(lr=0.5, steps=35, eval_every=10))
+    np.testing.assert_array_equal(result.history.steps, [0, 10, 20, 30, 35])
+    np.testing.assert_allclose(result.history.times, 0.5 * np.array([0, 10, 20, 30, 35]))
+    assert result.step_loss.shape == (35,)
+
+
+def test_divergence_names_the_step():
+    with pytest.raises(TrainingDiverged, match=r"step \d+"):
+        train(SMALL.replace(operator="linear", lr=1e38, gain=1e30))
+
+
+@pytest.mark.parametrize("operator", ["max_pool", "low_rank", "deepseek_v4"])
+def test_real_key_operators_train(operator):
+    result = train(SMALL.replace(operator=operator, steps=10, eval_every=5, eval_samples=32))
+    assert np.isfinite(result.step_loss).all()
+    assert result.history.phase_accuracy.shape == (3, 4)

@@ -224,31 +224,89 @@ def run_batch(
     hyper: Hyper,
     *,
     progress: Callable[[int, int], None] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    stop_on_divergence: bool = True,
 ) -> tuple[History, RetrievalModel, np.ndarray]:
     """Train R runs that share `config.static`; `hyper` has leading axis R.
 
     Returns the stacked history `(R, T, ...)`, the stacked final models, and the per-step
     training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first evaluation
     block in which some run's loss is not finite, naming the run and the step.
+
+    With a `mesh`, the run axis is split over the mesh's first axis (`shard_runs`: padded
+    to a multiple of its size, padding dropped from the results), so the jitted, vmapped
+    program is partitioned across its devices; each run's numbers do not depend on it.
+    `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
+    records a diverged run's non-finite loss rather than losing its batch).
     """
     config = config.static
     held_out = held_out_gram(config) if config.model.uses_gram else None
+    runs, unsharded = hyper.seed.shape[0], hyper
+    if mesh is not None:
+        hyper = shard_runs(hyper, mesh)
+        held_out = None if held_out is None else replicate(held_out, mesh)
     states, record = _init_many(config, hyper, held_out)
     records, step_losses = [record], []
     blocks = config.eval_times
     for block in range(blocks):
         states, losses, record = _advance_many(config, states, hyper, held_out)
-        losses = np.asarray(losses)
+        losses = _to_host(losses)[:runs]
         done = min(config.eval_every, config.steps - block * config.eval_every)
         losses = losses[:, :done]
-        _raise_if_diverged(losses, hyper, first_step=block * config.eval_every)
+        if stop_on_divergence:
+            _raise_if_diverged(losses, unsharded, first_step=block * config.eval_every)
         step_losses.append(losses)
         records.append(record)
         if progress is not None:
             progress(block + 1, blocks)
-    stacked = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs], axis=1), *records)
+    stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)
     history = History(**stacked)
-    return history, states.model, np.concatenate(step_losses, axis=1)
+    models = states.model
+    if mesh is not None and (_padded(runs, mesh) != runs or jax.process_count() > 1):
+        models = jax.tree.map(lambda x: _to_host(x)[:runs] if eqx.is_array(x) else x, models)
+    return history, models, np.concatenate(step_losses, axis=1)
+
+
+def _padded(runs: int, mesh: jax.sharding.Mesh) -> int:
+    return -(-runs // mesh.size) * mesh.size
+
+
+def shard_runs(tree, mesh: jax.sharding.Mesh):
+    """Place a pytree of per-run arrays (leading run axis R) split over `mesh`'s first axis.
+
+    R is padded to a multiple of `mesh.size` by repeating the last run (valid values, so
+    padding trains like any run; callers drop it). Works across processes: every process
+    holds the whole host array and contributes the slices its devices own.
+    """
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(mesh.axis_names[0]))
+
+    def place(x):
+        x = np.asarray(x)
+        pad = _padded(x.shape[0], mesh) - x.shape[0]
+        x = np.concatenate([x, np.repeat(x[-1:], pad, axis=0)]) if pad else x
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, tree)
+
+
+def replicate(tree, mesh: jax.sharding.Mesh):
+    """Place a pytree of arrays whole on every device of `mesh` (shared inputs)."""
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+    def place(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, tree)
+
+
+def _to_host(x) -> np.ndarray:
+    """A jax array as numpy, gathered from every process when it spans several."""
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
 
 
 def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> None:

@@ -1,0 +1,309 @@
+"""Phase-resolved analysis of trained models: causal interventions, operator and mitigation comparisons.
+
+Interventions (on one trained model, on fixed held-out needles, all paired: every
+intervention sees the same needles as the intact model):
+
+* ablation: drop head h from the head average, `Pbar = mean_{g != h} P_g`;
+* pooling patch: set head h's weight on the slot holding a phase-phi needle to 0 or to
+  1/s (no renormalising), evaluated on phase-phi needles;
+* activation patching: a corrupted context replaces the needle's key by a fresh one (the
+  query is unchanged, so no key matches it); head h's compressed keys of the entry holding
+  the needle are restored from the clean context (equivalently its logit there, which
+  depends on nothing else).
+
+Each comes with the theory's prediction (`theory.interventions`) from the pooling weights.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from idealized.compression import LinearPool
+from idealized.config import TrainConfig
+from idealized.loss import batch_logits
+from idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
+from idealized.model import RetrievalModel
+from idealized.task import Batch, sample_batch
+from sims.train import DTYPE, Hyper, TrainingDiverged, init, train_many
+from theory import interventions as theory
+
+SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
+
+
+def _needles(config: TrainConfig, phase: int, samples: int, keys: bool) -> list[Batch]:
+    size = math.gcd(samples, SLICE)
+    base = jax.random.fold_in(jax.random.key(config.eval_seed + 7), phase)
+    return [
+        sample_batch(
+            jax.random.fold_in(base, i), config.model, size, keys=keys, phase=phase, dtype=DTYPE
+        )
+        for i in range(samples // size)
+    ]
+
+
+def _corrupt(batch: Batch, key) -> Batch:
+    rows = jnp.arange(batch.target.shape[0])
+    fresh = jax.random.normal(key, batch.query.shape, batch.keys.dtype) / jnp.sqrt(
+        jnp.asarray(batch.query.shape[1], batch.keys.dtype)
+    )
+    return Batch(
+        target=batch.target,
+        phase=batch.phase,
+        keys=batch.keys.at[rows, batch.target, batch.phase].set(fresh),
+        query=batch.query,
+    )
+
+
+def _correct(probs, target):
+    return jnp.argmax(probs, axis=-1) == target
+
+
+def _slot(model: RetrievalModel, config: TrainConfig, head: int, phase: int) -> int:
+    offset = model.head_offsets(config.stride)[head]
+    head_phase = (phase - offset) % config.stride
+    return config.stride + head_phase if config.overlap else head_phase
+
+
+def _patched(model: RetrievalModel, head: int, slot: int, value: float) -> RetrievalModel:
+    weights = model.compressor.phase_weights()
+    return eqx.tree_at(lambda m: m.compressor, model, LinearPool(weights.at[head, slot].set(value)))
+
+
+@eqx.filter_jit
+def _intervene(model, batch, clean_keys, corrupted_keys):
+    logits = batch_logits(model, batch)
+    probs = jax.nn.softmax(logits, axis=-1)
+    heads = probs.shape[1]
+    total = jnp.sum(probs, axis=1)
+    full = _correct(total, batch.target)
+    ablated = jax.vmap(lambda h: _correct(total - probs[:, h], batch.target))(jnp.arange(heads))
+    clean = batch_logits(model, clean_keys)
+    corrupt = batch_logits(model, corrupted_keys)
+    rows = jnp.arange(batch.target.shape[0])
+
+    def restore(h):
+        z = corrupt.at[rows, h, batch.target].set(clean[rows, h, batch.target])
+        return _correct(jnp.mean(jax.nn.softmax(z, axis=-1), axis=1), batch.target)
+
+    corrupted = _correct(jnp.mean(jax.nn.softmax(corrupt, axis=-1), axis=1), batch.target)
+    return full, ablated, corrupted, jax.vmap(restore)(jnp.arange(heads))
+
+
+@eqx.filter_jit
+def _accuracy(model, batch):
+    probs = jnp.mean(jax.nn.softmax(batch_logits(model, batch), axis=-1), axis=1)
+    return _correct(probs, batch.target)
+
+
+def _paired(drop: np.ndarray) -> tuple[float, list[float]]:
+    # drop: per-needle differences in {-1, 0, 1}; a normal interval on their mean.
+    mean = float(drop.mean())
+    half = WILSON_Z95 * float(drop.std(ddof=1)) / math.sqrt(drop.size) if drop.size > 1 else 0.0
+    return mean, [mean - half, mean + half]
+
+
+def effect_specialization(effect) -> np.ndarray:
+    """Per head, `1 - entropy(e+ / sum e+) / log(s)` of its positive ablation effects (0 if none)."""
+    e = np.clip(np.asarray(effect, float), 0.0, None)
+    total = e.sum(axis=-1, keepdims=True)
+    p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
+    logs = np.log(np.where(p > 0, p, 1.0))
+    entropy = -np.sum(p * logs, axis=-1)
+    return np.where(total[:, 0] > 0, 1.0 - entropy / math.log(e.shape[-1]), 0.0)
+
+
+def _variant(config: TrainConfig, model: RetrievalModel) -> dict:
+    return {
+        "offsets": np.asarray(model.head_offsets(config.stride)),
+        "overlap": config.overlap,
+        "rope_dim": config.rope_dim if config.rope_anchor else 0,
+    }
+
+
+def ablate(config: TrainConfig, model: RetrievalModel, samples: int | None = None) -> dict:
+    """Every intervention on one trained model, measured and predicted, as plain values.
+
+    Returns `phase_accuracy` (s,), `effect` (H, s) ablation drop with `effect_ci` (H, s, 2),
+    `predicted_effect`, `patch_zero` / `patch_uniform` (H, s) pooling-patch drops with
+    their predictions (phase-weighted operators only, else None), `activation_patch`
+    (H, s) accuracy restored over the corrupted context (`corrupted_accuracy` (s,)) and
+    its prediction, `specialization` (H,) from the effect matrix, `pooling_weights`.
+    """
+    samples = samples or config.eval_samples
+    heads, stride = config.heads, config.stride
+    phase_weighted = model.compressor.phase_weighted
+    acc = np.zeros(stride)
+    effect = np.zeros((heads, stride))
+    effect_ci = np.zeros((heads, stride, 2))
+    corrupted_acc = np.zeros(stride)
+    restored = np.zeros((heads, stride))
+    patch = {0: np.zeros((heads, stride)), 1: np.zeros((heads, stride))}
+    for phase in range(stride):
+        keys = _needles(config, phase, samples, keys=True)
+        batches = keys if not model.uses_gram else _needles(config, phase, samples, keys=False)
+        outs = []
+        for i, (batch, clean) in enumerate(zip(batches, keys, strict=True)):
+            corrupted = _corrupt(
+                clean, jax.random.fold_in(jax.random.key(config.eval_seed + 11), i)
+            )
+            outs.append(_intervene(model, batch, clean, corrupted))
+        full, ablated, corrupt, restore = (
+            np.concatenate([np.asarray(o[k]) for o in outs], axis=-1) for k in range(4)
+        )
+        acc[phase] = full.mean()
+        corrupted_acc[phase] = corrupt.mean()
+        for h in range(heads):
+            effect[h, phase], effect_ci[h, phase] = _paired(
+                full.astype(float) - ablated[h].astype(float)
+            )
+            restored[h, phase] = restore[h].mean() - corrupt.mean()
+            if phase_weighted:
+                slot = _slot(model, config, h, phase)
+                for which, value in ((0, 0.0), (1, 1.0 / stride)):
+                    patched = _patched(model, h, slot, value)
+                    hits = np.concatenate([np.asarray(_accuracy(patched, b)) for b in batches])
+                    patch[which][h, phase] = full.mean() - hits.mean()
+    weights = model.pooling_weights()
+    weights = None if weights is None else np.asarray(weights, float)
+    gain = np.asarray(model.gain, float)
+    out = {
+        "phase_accuracy": acc.tolist(),
+        "phase_accuracy_ci": wilson_interval(acc, samples).tolist(),
+        "effect": effect.tolist(),
+        "effect_ci": effect_ci.tolist(),
+        "specialization": effect_specialization(effect).tolist(),
+        "corrupted_accuracy": corrupted_acc.tolist(),
+        "activation_patch": restored.tolist(),
+        "pooling_weights": None if weights is None else weights.tolist(),
+        "patch_zero": patch[0].tolist() if phase_weighted else None,
+        "patch_uniform": patch[1].tolist() if phase_weighted else None,
+        "samples": samples,
+    }
+    if weights is not None and config.operator in ("softmax_pool", "mean_pool", "linear"):
+        variant = _variant(config, model)
+        args = (weights, gain, config.chunks, config.dim)
+        out["predicted_phase_accuracy"] = theory.phase_accuracy(*args, **variant).tolist()
+        out["predicted_effect"] = theory.ablation_effect(*args, **variant).tolist()
+        out["predicted_activation_patch"] = theory.activation_patch_effect(
+            *args, **variant
+        ).tolist()
+        if not (config.stagger or config.overlap or config.rope_anchor):
+            out["predicted_patch_zero"] = theory.pooling_patch_effect(*args, 0.0).tolist()
+            out["predicted_patch_uniform"] = theory.pooling_patch_effect(
+                *args, 1.0 / stride
+            ).tolist()
+    return out
+
+
+def _interval(values) -> dict:
+    v = np.asarray(values, float)
+    mean = float(v.mean())
+    half = WILSON_Z95 * float(v.std(ddof=1)) / math.sqrt(v.size) if v.size > 1 else 0.0
+    return {"mean": mean, "ci": [mean - half, mean + half], "values": v.tolist()}
+
+
+def aggregate(summaries: Sequence[dict]) -> dict:
+    """Across seeds: mean and 95% interval of `delta_max`, `psc` and mean accuracy."""
+    return {
+        "delta_max": _interval([s["delta_max"] for s in summaries]),
+        "psc": _interval([s["psc"] for s in summaries]),
+        "mean_accuracy": _interval([s["mean_accuracy"] for s in summaries]),
+        "phase_accuracy": np.mean([s["phase_accuracy"] for s in summaries], axis=0).tolist(),
+        "wall_seconds": float(np.mean([s["wall_seconds"] for s in summaries])),
+    }
+
+
+def compare_operators(
+    base: TrainConfig, operators: Sequence[str], seeds: Sequence[int], progress=None
+) -> dict:
+    """Train every operator under the same budget (steps, batch, lr) over seeds; aggregate each."""
+    out = {}
+    for operator in operators:
+        configs = [base.replace(operator=operator, seed=s) for s in seeds]
+        try:
+            summaries = [r.summary() for r in train_many(configs, progress=progress)]
+        except TrainingDiverged as error:
+            out[operator] = {"diverged": str(error)}
+            continue
+        out[operator] = aggregate(summaries)
+    return out
+
+
+MITIGATIONS = {
+    "baseline": {},
+    "phase_entropy": {"phase_entropy": 0.02},
+    "stagger": {"stagger": True},
+    "overlap": {"overlap": True},
+    "offset_ensemble": {"offset_ensemble": 8},
+}
+
+
+def initial_pooling_logits(config: TrainConfig) -> np.ndarray:
+    """The simulation's own starting pooling logits `(H, S)` (softmax_pool), for the flow."""
+    hyper = jax.tree.map(lambda x: x[0], Hyper.stack([config]))
+    return np.asarray(init(config.static, hyper).model.compressor.pooling_logits, float)
+
+
+def predicted_phase_accuracy(config: TrainConfig) -> np.ndarray:
+    """Reduced flow from the run's own start to t = lr * steps, then the accuracy formula."""
+    a0 = initial_pooling_logits(config)
+    offsets = [
+        (h * config.stride // config.heads if config.stagger else 0) for h in range(config.heads)
+    ]
+    rope = (config.dim, config.rope_dim) if config.rope_anchor else None
+    weights = theory.reduced_flow_weights(
+        a0,
+        config.gain,
+        config.chunks,
+        config.lr * config.steps,
+        loss=config.loss,
+        offsets=offsets,
+        overlap=config.overlap,
+        rope=rope,
+        entropy_weight=config.phase_entropy,
+    )
+    return theory.phase_accuracy(
+        weights,
+        config.gain,
+        config.chunks,
+        config.dim,
+        offsets=np.asarray(offsets),
+        overlap=config.overlap,
+        rope_dim=config.rope_dim if config.rope_anchor else 0,
+        ensemble=config.offset_ensemble,
+    )
+
+
+def compare_mitigations(
+    base: TrainConfig, mitigations: dict, seeds: Sequence[int], progress=None
+) -> dict:
+    """Each mitigation over seeds: measured and predicted `delta_max`, mean accuracy and costs.
+
+    `mitigations` maps a name to config overrides (e.g. `MITIGATIONS`). Predictions run the
+    reduced flow of the variant from each run's own start (`predicted_phase_accuracy`).
+    """
+    out = {}
+    for name, overrides in mitigations.items():
+        configs = [base.replace(seed=s, **overrides) for s in seeds]
+        summaries = [r.summary() for r in train_many(configs, progress=progress)]
+        predicted = [predicted_phase_accuracy(c) for c in configs]
+        row = aggregate(summaries)
+        row["predicted_delta_max"] = _interval([delta_max(p) for p in predicted])
+        row["predicted_mean_accuracy"] = _interval([float(np.mean(p)) for p in predicted])
+        row["predicted_psc"] = _interval([phase_sensitivity(p) for p in predicted])
+        row["cost"] = theory.chunking_cost(
+            base.stride,
+            base.heads,
+            configs[0].overlap,
+            configs[0].offset_ensemble,
+            configs[0].stagger,
+        )
+        row["overrides"] = overrides
+        out[name] = row
+    return out

@@ -36,7 +36,9 @@ def test_linear_low_rank_max_against_loops(keys):
     np.testing.assert_allclose(compression.max_pool(keys, proj), expected, atol=1e-12)
 
 
-@pytest.mark.parametrize("operator", ["softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4"])
+@pytest.mark.parametrize(
+    "operator", ["softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4"]
+)
 def test_compressors_shape_and_uniform_start(keys, operator):
     config = ModelConfig(stride=S, chunks=N, dim=D, heads=3, operator=operator)
     comp = compression.init_compressor(jax.random.key(1), config, 0.0, jnp.float64)

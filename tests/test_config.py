@@ -39,7 +39,13 @@ def test_invalid_values_name_their_flag(field, value):
 def test_defaults_are_the_canonical_config():
     c = TrainConfig()
     assert (c.stride, c.chunks, c.dim, c.heads, c.gain) == (8, 64, 64, 1, 16.0)
-    assert (c.operator, c.loss, c.optimizer, c.lr, c.batch) == ("softmax_pool", "mse", "sgd", 2.0, 256)
+    assert (c.operator, c.loss, c.optimizer, c.lr, c.batch) == (
+        "softmax_pool",
+        "mse",
+        "sgd",
+        2.0,
+        256,
+    )
 
 
 def test_static_forgets_exactly_the_hyperparameters():
@@ -47,7 +53,9 @@ def test_static_forgets_exactly_the_hyperparameters():
     b = TrainConfig(chunks=12)
     assert a.static == TrainConfig().static
     assert b.static != TrainConfig().static
-    changed = {f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(a.static, f.name)}
+    changed = {
+        f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(a.static, f.name)
+    }
     assert changed == set(HYPER_FIELDS)
 
 

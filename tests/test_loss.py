@@ -20,7 +20,9 @@ def test_losses_against_numpy():
     logits = rng.normal(size=(3, 7)) * 3
     pbar = _softmax(logits).mean(axis=0)
     onehot = np.eye(7)[4]
-    assert float(retrieval_loss(jnp.asarray(logits), 4, "mse")) == pytest.approx(np.sum((pbar - onehot) ** 2))
+    assert float(retrieval_loss(jnp.asarray(logits), 4, "mse")) == pytest.approx(
+        np.sum((pbar - onehot) ** 2)
+    )
     assert float(retrieval_loss(jnp.asarray(logits), 4, "ce")) == pytest.approx(-np.log(pbar[4]))
 
 

@@ -27,8 +27,12 @@ def test_gram_sampler_matches_real_keys_in_distribution():
     n = 20000
     real = sample_batch(jax.random.key(0), CONFIG, n, keys=True, dtype=jnp.float64)
     fast = sample_batch(jax.random.key(1), CONFIG, n, keys=False, dtype=jnp.float64)
-    needle_r, others_r = _split(_gram_from_keys(real), np.asarray(real.target), np.asarray(real.phase))
-    needle_f, others_f = _split(np.asarray(fast.gram), np.asarray(fast.target), np.asarray(fast.phase))
+    needle_r, others_r = _split(
+        _gram_from_keys(real), np.asarray(real.target), np.asarray(real.phase)
+    )
+    needle_f, others_f = _split(
+        np.asarray(fast.gram), np.asarray(fast.target), np.asarray(fast.phase)
+    )
     # The needle's entry is |q|^2 ~ chi2_d / d.
     d = CONFIG.dim
     for needle in (needle_r, needle_f):
@@ -38,7 +42,10 @@ def test_gram_sampler_matches_real_keys_in_distribution():
     for stat in (lambda o: o.var(), lambda o: np.mean(o[:, 0] ** 2 * o[:, 1] ** 2)):
         np.testing.assert_allclose(stat(others_f), stat(others_r), rtol=0.05)
     # Correlation of a distractor's square with the needle (through |q|^2) agrees.
-    corr = [np.corrcoef(nd, o[:, 0] ** 2)[0, 1] for nd, o in ((needle_r, others_r), (needle_f, others_f))]
+    corr = [
+        np.corrcoef(nd, o[:, 0] ** 2)[0, 1]
+        for nd, o in ((needle_r, others_r), (needle_f, others_f))
+    ]
     assert abs(corr[0] - corr[1]) < 0.04
 
 

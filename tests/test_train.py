@@ -5,8 +5,12 @@ from idealized.config import TrainConfig
 from sims import train as trainer
 from sims.train import TrainingDiverged, train, train_many
 
-CANONICAL = TrainConfig(eval_samples=1024)  # stride 8, 64 chunks, d 64, gain 16, SGD lr 2, batch 256
-SMALL = TrainConfig(stride=4, chunks=16, dim=16, gain=8.0, batch=64, steps=40, eval_every=10, eval_samples=128)
+CANONICAL = TrainConfig(
+    eval_samples=1024
+)  # stride 8, 64 chunks, d 64, gain 16, SGD lr 2, batch 256
+SMALL = TrainConfig(
+    stride=4, chunks=16, dim=16, gain=8.0, batch=64, steps=40, eval_every=10, eval_samples=128
+)
 
 
 def test_canonical_run_collapses_onto_three_phases():
@@ -51,7 +55,10 @@ def test_new_hyperparameter_values_do_not_recompile():
     train_many([SMALL.replace(seed=0), SMALL.replace(seed=1)])
     sizes = trainer._advance_many._cache_size(), trainer._init_many._cache_size()
     train_many(
-        [SMALL.replace(seed=5, lr=0.3, gain=3.0), SMALL.replace(seed=6, weight_decay=1e-3, init_scale=0.5)]
+        [
+            SMALL.replace(seed=5, lr=0.3, gain=3.0),
+            SMALL.replace(seed=6, weight_decay=1e-3, init_scale=0.5),
+        ]
     )
     assert (trainer._advance_many._cache_size(), trainer._init_many._cache_size()) == sizes
 

@@ -1,0 +1,94 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sims.cli import main
+
+TINY = [
+    "--stride",
+    "4",
+    "--chunks",
+    "8",
+    "--dim",
+    "8",
+    "--gain",
+    "4",
+    "--steps",
+    "20",
+    "--eval-every",
+    "10",
+    "--eval-samples",
+    "32",
+    "--batch",
+    "16",
+]
+
+
+def test_json_keys(capsys):
+    assert main(["train", *TINY, "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in (
+        "config",
+        "phase_accuracy",
+        "phase_accuracy_ci",
+        "mean_accuracy",
+        "delta_max",
+        "psc",
+        "pooling_weights",
+        "support_size",
+        "specialization_index",
+        "final_loss",
+        "wall_seconds",
+    ):
+        assert key in out
+    assert len(out["phase_accuracy"]) == 4
+    assert out["config"]["stride"] == 4
+
+
+def test_seeds_give_lists(capsys):
+    assert main(["train", *TINY, "--seeds", "3", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["seeds"] == [0, 1, 2]
+    assert len(out["phase_accuracy"]) == 3 and len(out["phase_accuracy"][0]) == 4
+
+
+def test_table_by_default(capsys):
+    assert main(["train", *TINY, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "delta_max" in out and "95% CI" in out
+
+
+@pytest.mark.parametrize(
+    ("flags", "flag"),
+    [
+        (["--stride", "0"], "--stride"),
+        (["--chunks", "1"], "--chunks"),
+        (["--heads", "0"], "--heads"),
+        (["--operator", "conv"], "--operator"),
+        (["--loss", "hinge"], "--loss"),
+        (["--lr", "nan"], "--lr"),
+        (["--lr", "-1"], "--lr"),
+        (["--gain", "0"], "--gain"),
+        (["--gain", "inf"], "--gain"),
+        (["--seeds", "0"], "--seeds"),
+        (["--stride", "x"], "--stride"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(flags, flag, capsys):
+    try:
+        code = main(["train", *flags])
+    except SystemExit as exit_:  # argparse's own errors (wrong type) exit from inside parse_args
+        code = exit_.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0]
+
+
+def test_bad_input_from_the_shell_has_no_traceback():
+    proc = subprocess.run(
+        [sys.executable, "-m", "sims", "train", "--heads", "0"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "weakspots train: error: --heads: must be an integer >= 1, got 0"

@@ -14,6 +14,16 @@ from .reduced import mean_needle_probability as mean_needle_probability
 from .reduced import reduced_loss as reduced_loss
 from .reduced import retrieval_probability as retrieval_probability
 from .reduced import specialization_order as specialization_order
+from .support import covered as covered
+from .support import internal_rate as internal_rate
+from .support import predicted_support_size as predicted_support_size
+from .support import reentry_margin as reentry_margin
+from .support import reentry_rate as reentry_rate
+from .support import reentry_time as reentry_time
+from .support import sampled_final_weights as sampled_final_weights
+from .support import stable_support_sizes as stable_support_sizes
+from .support import support_loss as support_loss
+from .support import support_profile as support_profile
 from .thresholds import critical_chunks as critical_chunks
 from .thresholds import critical_gain as critical_gain
 from .thresholds import growth_rate as growth_rate

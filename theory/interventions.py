@@ -178,6 +178,20 @@ def activation_patch_effect(pooling_weights, gain, chunks, dim, **variant):
     return head_phase_accuracy(pooling_weights, gain, chunks, dim, **variant) - 1.0 / chunks
 
 
+def critical_phase_entropy(stride, chunks, gain, heads=1, loss="mse"):
+    """REG_c: the phase-entropy weight above which uniform pooling is stable.
+
+    Near uniform pooling (logits u, centring P) the entropy of alpha_h is
+    log s - |P u_h|^2 / (2 s) + O(u^3), so the regulariser `-REG mean_h H(alpha_h)` adds a
+    restoring rate REG / (H s) to every mode; it beats the fastest growth rate lambda
+    (theory.thresholds.growth_rate) when REG > H s lambda. Returns max(0, H s lambda).
+    """
+    from .thresholds import growth_rate
+
+    lam = float(growth_rate(stride, chunks, gain, heads, loss))
+    return max(0.0, heads * stride * lam)
+
+
 def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=False, kappa=None):
     """Pbar[phi] at d = inf for the chunking variants (THEORY 5 with shifted/overlapping chunks).
 

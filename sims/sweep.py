@@ -1,0 +1,525 @@
+"""Sweeps: a declared grid of runs, executed in compiled buckets over a device mesh, into a store.
+
+A sweep spec (TOML) names `kind = "train" | "flow"`, a `[fixed]` table and a `[grid]` table
+of lists whose cartesian product are the runs; keys are the config field names (the
+command-line flag names, `-` or `_`). Runs are grouped into buckets that share one
+compiled program (`TrainConfig.static`, or the flow's shape and solver settings), each
+bucket runs in equal, memory-sized batches whose run axis is split over a 1-D device mesh
+(`sims.train.run_batch(mesh=...)`; the diffrax flow solves under `jax.shard_map`), and
+every finished run is written to a `sims.store` at once, so a killed sweep resumes where
+it stopped. `--slice i/n` keeps every n-th run (from the i-th, 0-based) for batch
+schedulers; under `jax.distributed` the mesh spans every process's devices and process 0
+writes.
+
+Every run draws its randomness from its own seed, so its numbers do not depend on the
+batch it ran in, the slice, or the device count (up to float32 rounding: XLA:CPU may
+round a partitioned program differently in the last bit, which chaotic runs amplify).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from idealized.config import ConfigError, TrainConfig
+from idealized.metrics import phase_report, specialization_index, support_size
+from sims import flow as flow_lib
+from sims import store
+from sims.train import Hyper, _to_host, run_batch, shard_runs
+from theory.reduced import mean_needle_probability
+
+__all__ = [
+    "FlowConfig",
+    "Run",
+    "SpecError",
+    "SweepSpec",
+    "load_spec",
+    "parse_spec",
+    "run_mesh",
+    "run_sweep",
+    "select_slice",
+]
+
+KINDS = ("train", "flow")
+MESH_AXIS = "runs"
+DEFAULT_MEMORY_BYTES = 2**30  # per device, for sizing batches
+MAX_RUNS_PER_DEVICE = 1024
+
+
+class SpecError(ValueError):
+    """A malformed sweep spec; the message names the offending key."""
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """One reduced gradient flow (`sims.flow.reduced_flow`), flat, named as its arguments.
+
+    Defaults are `reduced_flow`'s. The initial pooling logits are
+    `init_scale * N(0, 1)` drawn from `jax.random.key(seed)`.
+    """
+
+    stride: int = 8
+    chunks: int = 64
+    heads: int = 1
+    gain: float = 16.0
+    init_scale: float = 1e-3
+    weight_decay: float = 0.0
+    learn_gain: bool = False
+    loss: str = "mse"
+    t_end: float = 1000.0
+    n_save: int = 101
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    event_level: float = 1.0
+    entropy_weight: float = 0.0
+    gain_parametrisation: str = "log"
+    max_steps: int = 200_000
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("stride", "heads", "n_save", "max_steps"):
+            _check(name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, ">= 1")
+        _check("chunks", _is_int(self.chunks) and self.chunks >= 2, "an integer >= 2")
+        _check("seed", _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
+        for name in ("gain", "t_end", "rtol", "atol"):
+            value = getattr(self, name)
+            _check(name, _is_real(value) and math.isfinite(value) and value > 0, "a number > 0")
+        for name in ("init_scale", "weight_decay", "event_level", "entropy_weight"):
+            value = getattr(self, name)
+            _check(name, _is_real(value) and math.isfinite(value) and value >= 0, "a number >= 0")
+        _check("loss", self.loss in ("mse", "ce"), "one of mse, ce")
+        _check("gain_parametrisation", self.gain_parametrisation in ("log", "linear"), "log|linear")
+        _check("learn_gain", isinstance(self.learn_gain, bool), "true or false")
+
+    @property
+    def static(self) -> tuple:
+        """What one compiled solve shares: shapes, loss, and the solver's settings."""
+        return (
+            "flow",
+            self.stride,
+            self.heads,
+            self.loss,
+            self.gain_parametrisation,
+            self.n_save,
+            self.t_end,
+            self.rtol,
+            self.atol,
+            self.max_steps,
+        )
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check(field: str, ok: bool, requirement: str) -> None:
+    if not ok:
+        raise ConfigError(field, f"must be {requirement}")
+
+
+CONFIGS: dict[str, type] = {"train": TrainConfig, "flow": FlowConfig}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a sweep: its kind and config; `row` is what the store keys it by."""
+
+    kind: str
+    config: TrainConfig | FlowConfig
+
+    @property
+    def row(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self.config), "kind": self.kind}
+
+    @property
+    def hash(self) -> str:
+        return store.config_hash(self.row)
+
+    @property
+    def bucket(self) -> Any:
+        return self.config.static
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A declared sweep: `kind`, fixed values, and lists whose cartesian product are the runs."""
+
+    kind: str = "train"
+    fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    grid: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+
+    def runs(self) -> list[Run]:
+        """Every run, in grid order (the last grid key varies fastest), duplicates dropped."""
+        cls = CONFIGS[self.kind]
+        names = list(self.grid)
+        runs, seen = [], set()
+        for values in itertools.product(*(self.grid[n] for n in names)):
+            config = cls(**{**self.fixed, **dict(zip(names, values, strict=True))})
+            run = Run(self.kind, config)
+            if run.hash not in seen:
+                seen.add(run.hash)
+                runs.append(run)
+        return runs
+
+
+def valid_keys(kind: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(CONFIGS[kind])]
+
+
+def _coerce(cls: type, key: str, value: Any, where: str) -> Any:
+    """TOML `16` for a float field becomes `16.0`, so the config (and its hash) is typed."""
+    field_type = {f.name: f.type for f in dataclasses.fields(cls)}[key]
+    if field_type in ("float", float) and _is_int(value):
+        return float(value)
+    if isinstance(value, list | dict):
+        raise SpecError(f"{where}: {key} must be a single value, got {value!r}")
+    return value
+
+
+def parse_spec(data: Mapping[str, Any], source: str = "spec") -> SweepSpec:
+    """A SweepSpec from the parsed TOML; SpecError names any unknown or malformed key."""
+    extra = sorted(set(data) - {"kind", "fixed", "grid"})
+    if extra:
+        raise SpecError(
+            f"{source}: unknown top-level key {extra[0]!r}; valid: kind, fixed, grid "
+            "(run settings go in [fixed])"
+        )
+    kind = data.get("kind", "train")
+    if kind not in KINDS:
+        raise SpecError(f"{source}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    cls, valid = CONFIGS[kind], valid_keys(kind)
+    tables = {}
+    for table in ("fixed", "grid"):
+        raw = data.get(table, {})
+        if not isinstance(raw, dict):
+            raise SpecError(f"{source}: [{table}] must be a table")
+        out = {}
+        for key, value in raw.items():
+            name = key.replace("-", "_")
+            if name not in valid:
+                raise SpecError(
+                    f"{source}: unknown key {key!r} in [{table}]; valid keys for "
+                    f"kind = {kind!r}: {', '.join(valid)}"
+                )
+            if table == "grid":
+                if not isinstance(value, list) or not value:
+                    raise SpecError(f"{source}: [grid] {key} must be a non-empty list")
+                out[name] = [_coerce(cls, name, v, f"{source} [grid]") for v in value]
+            else:
+                out[name] = _coerce(cls, name, value, f"{source} [fixed]")
+        tables[table] = out
+    both = sorted(set(tables["fixed"]) & set(tables["grid"]))
+    if both:
+        raise SpecError(f"{source}: key {both[0]!r} is in both [fixed] and [grid]")
+    return SweepSpec(kind, tables["fixed"], tables["grid"])
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and check a TOML sweep spec (SpecError for bad TOML or keys)."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{path}: not valid TOML ({err})") from None
+    except OSError as err:
+        raise SpecError(f"{path}: cannot read ({err.strerror})") from None
+    return parse_spec(data, str(path))
+
+
+def select_slice(runs: Sequence[Run], index: int, count: int) -> list[Run]:
+    """The `index`-th of `count` disjoint shares (every `count`-th run from `index`).
+
+    The shares cover the sweep and depend only on the spec, so independent processes
+    (Slurm array tasks, Ray tasks, hosts) can split one sweep into one store.
+    """
+    if not (count >= 1 and 0 <= index < count):
+        raise SpecError(f"--slice: need 0 <= i < n, got {index}/{count}")
+    return list(runs[index::count])
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+def run_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+    """A 1-D mesh (axis `runs`, Auto) over `devices` (default: every device, all processes)."""
+    devices = list(jax.devices() if devices is None else devices)
+    return jax.make_mesh(
+        (len(devices),), (MESH_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
+    )
+
+
+def _bytes_per_run(run: Run) -> int:
+    config = run.config
+    if run.kind == "flow":
+        return 64 * config.n_save * config.heads * config.stride * 8 + 2**16
+    width = 1 if config.model.uses_gram else config.dim
+    per_needle = config.chunks * config.stride * width * config.heads
+    eval_needles = config.eval_samples if config.model.uses_gram else 256
+    return 4 * 8 * per_needle * (config.batch + eval_needles)
+
+
+def batch_sizes(count: int, per_device: int, devices: int) -> list[int]:
+    """Split `count` runs into equal batches of at most `per_device * devices` runs.
+
+    Every batch is padded to the same multiple of `devices`, so a bucket compiles once.
+    Returns the number of real runs in each batch.
+    """
+    most = max(1, per_device) * devices
+    batches = -(-count // most)
+    size = -(-count // batches)
+    return [min(size, count - i * size) for i in range(batches)]
+
+
+# ----------------------------------------------------------------------------- executing
+
+
+def _train_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
+    configs = [r.config for r in runs]
+    # Repeat the last run up to the bucket's batch size: one compiled shape per bucket.
+    hyper = Hyper.stack(configs + [configs[-1]] * (padded - len(configs)))
+    history, models, step_loss = run_batch(
+        configs[0].static, hyper, mesh=mesh, stop_on_divergence=False
+    )
+    weights = history.pooling_weights
+    out = []
+    for r, config in enumerate(configs):
+        report = phase_report(history.phase_accuracy[r, -1], config.eval_samples)
+        w = None if weights is None else weights[r, -1]
+        metrics = {
+            "mean_accuracy": report["mean_accuracy"],
+            "delta_max": report["delta_max"],
+            "psc": report["psc"],
+            "psc_std": report["psc_std"],
+            "final_loss": float(history.loss[r, -1]),
+            "diverged": not bool(np.all(np.isfinite(step_loss[r]))),
+            "phase_accuracy": report["phase_accuracy"],
+            "final_gain": history.gain[r, -1].tolist(),
+            "support_size": None if w is None else support_size(w).tolist(),
+            "specialization_index": None if w is None else specialization_index(w).tolist(),
+        }
+        trajectory = {
+            name: getattr(history, name)[r]
+            for name in ("times", "steps", "pooling_weights", "gain", "loss", "phase_accuracy")
+            if getattr(history, name) is not None
+        }
+        trajectory["step_loss"] = step_loss[r]
+        out.append((metrics, trajectory))
+    return out
+
+
+def flow_inputs(configs: Sequence[FlowConfig]):
+    """`(y0, args, event_level)` of `reduced_flow` for configs that share `static`.
+
+    An adapter onto `sims.flow`'s batched solve: `reduced_flow` builds the same inputs
+    from host values, which cannot happen inside `shard_map`.
+    """
+    c0 = configs[0]
+    keys = jax.vmap(jax.random.key)(jnp.asarray([c.seed for c in configs], jnp.uint32))
+    scales = jnp.asarray([c.init_scale for c in configs], jnp.float64)
+    logits0 = jax.vmap(flow_lib.initial_pooling_logits, in_axes=(0, None, None, 0))(
+        keys, c0.heads, c0.stride, scales
+    )
+    per_run = lambda name: np.asarray([float(getattr(c, name)) for c in configs])  # noqa: E731
+    gains = np.broadcast_to(per_run("gain")[:, None], (len(configs), c0.heads))
+    y0 = flow_lib.FlowState(
+        np.asarray(logits0),
+        np.asarray(flow_lib.gain_to_param(gains, c0.gain_parametrisation)),
+    )
+    args = flow_lib.FlowArgs(
+        chunks=per_run("chunks"),
+        learn_gain=per_run("learn_gain"),
+        weight_decay=per_run("weight_decay"),
+        entropy_weight=per_run("entropy_weight"),
+        phase_scale=np.ones((len(configs), c0.stride)),
+    )
+    return y0, args, per_run("event_level")
+
+
+@partial(jax.jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
+def _solve_partitioned(
+    y0, args, event_level, ts, rtol, atol, loss, gain_parametrisation, max_steps
+):
+    return flow_lib._solve_batch(  # noqa: SLF001 - reduced_flow's batched solve, see flow_inputs
+        y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps
+    )
+
+
+def _flow_solve(configs: Sequence[FlowConfig], mesh) -> flow_lib.FlowHistory:
+    c0 = configs[0]
+    y0, args, event_level = flow_inputs(configs)
+    if mesh is not None:
+        y0, args, event_level = shard_runs((y0, args, event_level), mesh)
+    # Not `jax.shard_map`: inside it the specialisation event's root-finder (equinox
+    # closure conversion in lineax) rejects shard_map's manual-axis types (jax 0.10,
+    # equinox 0.13). The auto-partitioner keeps the vmapped solve split over the run
+    # axis; its while-loop runs until the slowest run of the batch is done, as vmap's does.
+    out = _solve_partitioned(
+        y0,
+        args,
+        event_level,
+        np.linspace(0.0, c0.t_end, c0.n_save),
+        c0.rtol,
+        c0.atol,
+        loss=c0.loss,
+        gain_parametrisation=c0.gain_parametrisation,
+        max_steps=c0.max_steps,
+    )
+    return jax.tree.map(lambda x: _to_host(x)[: len(configs)], out)
+
+
+def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
+    configs = [r.config for r in runs]
+    history = _flow_solve(configs + [configs[-1]] * (padded - len(configs)), mesh)
+    out = []
+    for r, config in enumerate(configs):
+        w, gain = history.pooling_weights[r, -1], history.gain[r, -1]
+        # At d = infinity the argmax always finds the needle; the phase's expected
+        # retrieval probability Pbar[phi] (THEORY 5) is the flow's "accuracy".
+        prob = np.asarray(mean_needle_probability(jnp.log(w), gain, float(config.chunks)))
+        report = phase_report(prob, 1)
+        metrics = {
+            "mean_accuracy": report["mean_accuracy"],
+            "delta_max": report["delta_max"],
+            "psc": report["psc"],
+            "psc_std": report["psc_std"],
+            "final_loss": float(history.loss[r, -1]),
+            "diverged": not bool(np.all(np.isfinite(history.loss[r]))),
+            "specialization_time": float(history.specialization_time[r]),
+            "phase_accuracy": report["phase_accuracy"],
+            "final_gain": gain.tolist(),
+            "support_size": support_size(w).tolist(),
+            "specialization_index": specialization_index(w).tolist(),
+        }
+        trajectory = {
+            name: np.asarray(getattr(history, name)[r])
+            for name in ("times", "pooling_weights", "gain", "loss")
+        }
+        out.append((metrics, trajectory))
+    return out
+
+
+EXECUTE: dict[str, Callable] = {"train": _train_batch, "flow": _flow_batch}
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did: runs in its share, skipped (already stored), run now, seconds."""
+
+    total: int
+    skipped: int
+    ran: int
+    seconds: float
+    buckets: int
+    devices: int
+
+    @property
+    def runs_per_second(self) -> float:
+        return self.ran / self.seconds if self.seconds > 0 else math.inf
+
+
+class Progress:
+    """`sweep: done/total runs, runs/s, ETA` on stderr, at most once a second and at the end."""
+
+    def __init__(self, total: int, every_seconds: float = 1.0):
+        self.total, self.done, self.every = total, 0, every_seconds
+        self.start = self.last = time.perf_counter()
+
+    def __call__(self, ran: int) -> None:
+        self.done += ran
+        now = time.perf_counter()
+        if now - self.last < self.every and self.done < self.total:
+            return
+        self.last = now
+        rate = self.done / max(now - self.start, 1e-9)
+        eta = (self.total - self.done) / rate if rate > 0 else math.inf
+        print(
+            f"sweep: {self.done}/{self.total} runs  {rate:.2f} runs/s  ETA {eta:.0f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run_sweep(
+    runs: Sequence[Run],
+    store_dir: str | Path,
+    *,
+    resume: bool = False,
+    mesh: jax.sharding.Mesh | None = None,
+    runs_per_device: int | None = None,
+    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    progress: Callable[[int], None] | None = None,
+) -> SweepReport:
+    """Execute `runs` into the store at `store_dir`, one bucket (compiled program) at a time.
+
+    Arguments:
+        runs: the sweep's runs (`SweepSpec.runs()`, perhaps `select_slice`d).
+        store_dir: a `sims.store` directory; each run is written as soon as its batch ends.
+        resume: skip runs already in the store (without it they are run and replaced).
+        mesh: a 1-D device mesh (`run_mesh()`); `None` runs on the default device.
+        runs_per_device: batch size per device; default from `memory_bytes` per device.
+        progress: called with the number of runs each finished batch wrote.
+    Under several processes (`jax.distributed`) every process runs the same batches
+    and process 0 writes.
+    """
+    start = time.perf_counter()
+    done = store.completed_hashes(store_dir) if resume else set()
+    todo = [r for r in runs if r.hash not in done]
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        # Every process must have planned (read the store) before process 0 writes.
+        multihost_utils.sync_global_devices("weakspots sweep: planned")
+    buckets: dict[Any, list[Run]] = {}
+    for run in todo:
+        buckets.setdefault(run.bucket, []).append(run)
+    devices = 1 if mesh is None else mesh.size
+    writer = jax.process_index() == 0
+    for members in buckets.values():
+        kind = members[0].kind
+        per_device = runs_per_device or min(
+            MAX_RUNS_PER_DEVICE, max(1, memory_bytes // _bytes_per_run(members[0]))
+        )
+        sizes = batch_sizes(len(members), per_device, devices)
+        padded = -(-max(sizes) // devices) * devices
+        offset = 0
+        for size in sizes:
+            batch = members[offset : offset + size]
+            offset += size
+            t0 = time.perf_counter()
+            results = EXECUTE[kind](batch, mesh, padded)
+            wall = (time.perf_counter() - t0) / size
+            if writer:
+                for run, (metrics, trajectory) in zip(batch, results, strict=True):
+                    store.write_run(
+                        store_dir, run.row, {**metrics, "wall_seconds": wall}, trajectory
+                    )
+            if progress is not None:
+                progress(size)
+    return SweepReport(
+        total=len(runs),
+        skipped=len(runs) - len(todo),
+        ran=len(todo),
+        seconds=time.perf_counter() - start,
+        buckets=len(buckets),
+        devices=devices,
+    )

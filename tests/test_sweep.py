@@ -1,0 +1,113 @@
+"""sims.sweep: the spec, slicing, batching, and sweep numbers against single runs."""
+
+import jax
+import numpy as np
+import pytest
+
+from idealized.config import ConfigError, TrainConfig
+from sims import store, sweep
+from sims.flow import reduced_flow
+from sims.train import train
+
+TINY = dict(stride=4, chunks=8, dim=8, steps=20, eval_every=10, eval_samples=64, batch=32, lr=0.5)
+
+
+def test_grid_is_the_cartesian_product_with_typed_values():
+    spec = sweep.parse_spec({"fixed": TINY, "grid": {"gain": [8, 16], "seed": [0, 1, 2]}})
+    runs = spec.runs()
+    assert len(runs) == 6 and {r.kind for r in runs} == {"train"}
+    assert [(r.config.gain, r.config.seed) for r in runs[:3]] == [(8.0, 0), (8.0, 1), (8.0, 2)]
+    assert all(isinstance(r.config.gain, float) for r in runs)  # TOML 8 -> 8.0, one hash
+    assert runs[0].hash == store.config_hash(
+        {**TrainConfig(**TINY, gain=8.0).__dict__, "kind": "train"}
+    )
+    assert len({r.hash for r in runs}) == 6
+
+
+def test_duplicate_grid_points_run_once():
+    spec = sweep.parse_spec({"fixed": TINY, "grid": {"seed": [1, 1, 2]}})
+    assert [r.config.seed for r in spec.runs()] == [1, 2]
+
+
+def test_unknown_key_is_named_with_the_valid_ones():
+    with pytest.raises(sweep.SpecError, match="unknown key 'strde' in \\[grid\\].*stride, chunks"):
+        sweep.parse_spec({"grid": {"strde": [4]}})
+    with pytest.raises(sweep.SpecError, match="unknown key 't_end'.*kind = 'train'"):
+        sweep.parse_spec({"fixed": {"t_end": 3.0}})
+    with pytest.raises(sweep.SpecError, match="unknown top-level key 'stride'"):
+        sweep.parse_spec({"stride": 4})
+    with pytest.raises(sweep.SpecError, match="non-empty list"):
+        sweep.parse_spec({"grid": {"seed": 3}})
+    with pytest.raises(ConfigError, match="--stride"):
+        sweep.parse_spec({"grid": {"stride": [0]}}).runs()
+
+
+def test_flow_spec_accepts_flow_keys_and_dashes():
+    spec = sweep.parse_spec({"kind": "flow", "fixed": {"t-end": 50}, "grid": {"stride": [3, 4]}})
+    runs = spec.runs()
+    assert [r.config.stride for r in runs] == [3, 4] and runs[0].config.t_end == 50.0
+    assert runs[0].row["kind"] == "flow" and runs[0].bucket != runs[1].bucket
+
+
+def test_slices_partition_the_sweep():
+    runs = sweep.parse_spec({"fixed": TINY, "grid": {"seed": list(range(7))}}).runs()
+    shares = [sweep.select_slice(runs, i, 3) for i in range(3)]
+    assert sorted(r.hash for s in shares for r in s) == sorted(r.hash for r in runs)
+    assert [len(s) for s in shares] == [3, 2, 2]
+    with pytest.raises(sweep.SpecError):
+        sweep.select_slice(runs, 3, 3)
+
+
+def test_batches_are_equal_and_bounded():
+    assert sweep.batch_sizes(10, 2, 4) == [5, 5]  # both padded to 8: one shape per bucket
+    assert sweep.batch_sizes(9, 1, 4) == [3, 3, 3]
+    assert sum(sweep.batch_sizes(1000, 7, 3)) == 1000
+    assert max(sweep.batch_sizes(1000, 7, 3)) <= 21
+
+
+def test_train_sweep_equals_runs_trained_alone(tmp_path):
+    # Batched (2 runs + a padded one), the numbers equal each config trained by itself.
+    spec = sweep.parse_spec({"fixed": TINY, "grid": {"gain": [8, 16], "seed": [0, 3]}})
+    runs = spec.runs()[:3]
+    report = sweep.run_sweep(runs, tmp_path, runs_per_device=2)
+    assert (report.ran, report.buckets) == (3, 1)
+    table = store.load(tmp_path).set_index("hash")
+    for run in runs:
+        alone = train(run.config).summary()
+        row = table.loc[run.hash]
+        assert row["seed"] == run.config.seed and row["kind"] == "train"
+        np.testing.assert_allclose(row["phase_accuracy"], alone["phase_accuracy"], atol=1e-6)
+        np.testing.assert_allclose(row["final_loss"], alone["final_loss"], rtol=1e-5)
+        assert row["acc_0"] == row["phase_accuracy"][0]
+        trajectory = store.load_trajectory(tmp_path, run.hash)
+        assert trajectory["step_loss"].shape == (20,)
+        assert trajectory["phase_accuracy"].shape == (3, 4)
+    again = sweep.run_sweep(runs, tmp_path, resume=True)
+    assert (again.ran, again.skipped) == (0, 3)
+
+
+def test_flow_sweep_equals_reduced_flow(tmp_path):
+    fixed = {"chunks": 16, "init_scale": 0.05, "t_end": 40.0, "n_save": 5}
+    runs = sweep.parse_spec(
+        {"kind": "flow", "fixed": fixed, "grid": {"stride": [3], "gain": [6, 9], "seed": [2]}}
+    ).runs()
+    sweep.run_sweep(runs, tmp_path)
+    table = store.load(tmp_path).set_index("hash")
+    for run in runs:
+        c = run.config
+        ref = reduced_flow(
+            jax.random.key(c.seed)[None],  # a (1,) batch of keys
+            stride=c.stride,
+            chunks=c.chunks,
+            gain=c.gain,
+            init_scale=c.init_scale,
+            t_end=c.t_end,
+            n_save=c.n_save,
+        )
+        row = table.loc[run.hash]
+        np.testing.assert_allclose(row["final_loss"], float(ref.loss[0, -1]), rtol=1e-10)
+        trajectory = store.load_trajectory(tmp_path, run.hash)
+        np.testing.assert_allclose(
+            trajectory["pooling_weights"], ref.pooling_weights[0], atol=1e-12
+        )
+        assert 0 < row["mean_accuracy"] < 1 and len(row["phase_accuracy"]) == 3

@@ -99,13 +99,23 @@ def gradient_flow_term(loss_fn):
 
 
 def gradient_flow(
-    loss_fn, y0, args, ts, *, rtol=1e-8, atol=1e-10, max_steps=200_000, event=None, saveat=None
+    loss_fn,
+    y0,
+    args,
+    ts,
+    *,
+    rtol=1e-8,
+    atol=1e-10,
+    max_steps=200_000,
+    event=None,
+    saveat=None,
+    throw=True,
 ):
     """Integrate dy/dt = -grad(loss_fn)(y, args) with Tsit5 + PID, float64, saving at ts.
 
     loss_fn(y, args) -> scalar; y0 any pytree; ts (T,) increasing, ts[0] the start.
     event: optional diffrax.Event (the solve then stops at the event); saveat
-    overrides SaveAt(ts=ts). Returns the diffrax Solution.
+    overrides SaveAt(ts=ts); throw as in diffrax. Returns the diffrax Solution.
     """
     return diffrax.diffeqsolve(
         gradient_flow_term(loss_fn),
@@ -119,6 +129,7 @@ def gradient_flow(
         stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
         max_steps=max_steps,
         event=event,
+        throw=throw,
     )
 
 
@@ -165,6 +176,7 @@ def _solve_batch(y0, args, ts, event_level, rtol, atol, loss, gain_parametrisati
             max_steps=max_steps,
             event=specialization_event(),
             saveat=diffrax.SaveAt(ts=ts, t1=True),
+            throw=False,  # checked below: an event is not a failure
         )
 
     def one(y0, args, event_level):
@@ -172,7 +184,8 @@ def _solve_batch(y0, args, ts, event_level, rtol, atol, loss, gain_parametrisati
         sols = jax.vmap(solve, in_axes=(None, None, 0, None))(
             y0, args, jnp.array([False, True]), event_level
         )
-        ys = jax.tree_util.tree_map(lambda x: x[0, :-1], sols.ys)
+        failed = sols.result._value[0] != diffrax.RESULTS.successful._value
+        ys = jax.tree_util.tree_map(lambda x: jnp.where(failed, jnp.nan, x[0, :-1]), sols.ys)
         losses = jax.vmap(loss_fn, in_axes=(0, None))(ys, args)
         started = specialization_order(y0.pooling_logits) >= event_level
         hit = jnp.asarray(sols.event_mask)[1]
@@ -211,7 +224,7 @@ def reduced_flow(
     phase_scale=None,
     gain_parametrisation="log",
     init_pooling_logits=None,
-    max_steps=200_000,
+    max_steps=1_000_000,
 ):
     """Reduced gradient flow da/dt = -grad L_inf (THEORY 5), batched over starts and sweeps.
 
@@ -223,7 +236,8 @@ def reduced_flow(
     stride s, heads H; loss "mse" | "ce"; t_end or ts (T,) the save times;
     phase_scale: optional (s,) needle-logit factor (theory.rope); rtol/atol of the PID
     controller; event_level: the specialisation event (theory.specialization_time).
-    Returns FlowHistory with a leading batch axis (B,) on every field.
+    Returns FlowHistory with a leading batch axis (B,) on every field; a run whose solve
+    failed (e.g. max_steps reached) comes back as nan.
     """
     if init_pooling_logits is not None:
         logits0 = jnp.asarray(init_pooling_logits, dtype=jnp.float64)

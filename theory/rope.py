@@ -1,0 +1,47 @@
+"""RoPE anchoring: a compressed key carries its chunk's first position (THEORY 7).
+
+Derivation. With rotary pairs on the last rope_dim of d channels, pair i turning at
+theta_i = rope_theta^(-2i/rope_dim), a needle at phase phi sits phi tokens after its
+chunk's anchor, so its self-product q . R(phi) q becomes
+|q_plain|^2 + sum_i |q_pair_i|^2 cos(phi theta_i); in expectation over the key
+(each pair carries 2/d of |q|^2 = 1) the needle logit is scaled by
+
+    kappa[phi] = 1 - rho + rho * mean_i cos(phi theta_i),   rho = rope_dim / d,
+
+while cross terms (distractors, other phases) stay mean-zero with unchanged variance.
+kappa is deterministic and periodic in position with period s, so it pins *which*
+phases are weak: the reduced flow with a phase-dependent needle gain beta kappa[phi]
+(theory.reduced_loss's phase_scale) favours the phases with the largest kappa.
+"""
+
+import numpy as np
+
+
+def rope_frequencies(rope_dim, rope_theta=10000.0):
+    """theta_i = rope_theta^(-2i/rope_dim), i < rope_dim/2. Returns (rope_dim/2,)."""
+    return rope_theta ** (-np.arange(0, rope_dim, 2) / rope_dim)
+
+
+def rope_attenuation(stride, rope_dim, dim, rope_theta=10000.0):
+    """kappa[phi]: the needle logit's mean scale at phase phi under RoPE anchoring (module docstring).
+
+    stride s, rope_dim, dim d, rope_theta. Returns (s,); kappa[0] = 1.
+    """
+    phases = np.arange(stride)[:, None]
+    rho = rope_dim / dim
+    return (
+        1.0 - rho + rho * np.mean(np.cos(phases * rope_frequencies(rope_dim, rope_theta)), axis=1)
+    )
+
+
+def rope_weak_phases(stride, rope_dim, dim, support_size, rope_theta=10000.0):
+    """Predicted weak spots under RoPE anchoring: phases outside the support_size largest kappa.
+
+    stride s, rope_dim, dim d, support_size k (e.g. from theory.predicted_support_size).
+    Returns a (s,) bool mask (True = weak).
+    """
+    kappa = rope_attenuation(stride, rope_dim, dim, rope_theta)
+    keep = np.argsort(-kappa, kind="stable")[:support_size]
+    weak = np.ones(stride, dtype=bool)
+    weak[keep] = False
+    return weak

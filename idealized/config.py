@@ -150,11 +150,8 @@ class ModelConfig:
     @property
     def uses_gram(self) -> bool:
         """True when the logits depend on the keys only through `q . x[c, j]` (the fast path)."""
-        return (
-            self.operator in PHASE_WEIGHTED_OPERATORS
-            and not self.learn_projections
-            and not self.rope_anchor
-        )
+        # rope_anchor keeps it: only the needle's self-product rotates (idealized.model.logits_at).
+        return self.operator in PHASE_WEIGHTED_OPERATORS and not self.learn_projections
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,73 @@ only the inner products the logits of phase-weighted operators need are drawn:
 conditional on `q`, every other key's `q . x[c, j]` is i.i.d. `N(0, |q|^2 / d)`, and
 `|q|^2 ~ chi^2_d / d`, so `gram` has exactly the distribution of `q . x` at
 `d`-times lower cost (`B N s` numbers).
+
+Both draw their normals with `standard_normal`: the construction of
+`jax.random.normal` (a uniform from 23 random bits, then `sqrt(2) erfinv`), fed with
+both 32-bit words of each counter-mode hash where `jax.random.normal` keeps one (the
+partitionable threefry XORs its two output words), which halves the generator's work.
+The norms come from `chi_square` (exact, no rejection loop: quicker to compile).
 """
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .config import ModelConfig
+
+MAX_ERLANG = 64  # chi_square sums at most this many exponentials per draw
+
+
+def standard_normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """Standard normals of `shape`, distributed exactly as `jax.random.normal`'s, at half the bits.
+
+    Each 64-bit draw gives two 32-bit words; each word becomes a uniform on `(-1, 1)`
+    from its top 23 bits and then `sqrt(2) erfinv(u)`, as in `jax.random.normal`.
+    Without 64-bit types (`jax_enable_x64` off) it is `jax.random.normal`.
+    """
+    if not jax.config.jax_enable_x64 or jnp.dtype(dtype).itemsize > 4:
+        return jax.random.normal(key, shape, dtype)
+    return normal_from_bits(random_words(key, shape)).astype(dtype)
+
+
+def random_words(key: PRNGKeyArray, shape: tuple[int, ...]) -> Array:
+    """Uniform 32-bit words of `shape`, two from each 64-bit draw (`jax_enable_x64` on)."""
+    size = math.prod(shape)
+    wide = jax.random.bits(key, (-(-size // 2),), jnp.uint64)
+    return jax.lax.bitcast_convert_type(wide, jnp.uint32).reshape(-1)[:size].reshape(shape)
+
+
+def chi_square(key: PRNGKeyArray, dof: int, shape: tuple[int, ...], dtype=jnp.float32) -> Array:
+    """`chi^2_dof` draws, exactly, without rejection sampling (for `dof <= 2 * MAX_ERLANG`).
+
+    `chi^2_2` is exponential with mean 2, `-2 log U`, so `chi^2_dof` is a sum of
+    `dof // 2` of those plus one squared normal when `dof` is odd. `jax.random.chisquare`
+    samples a gamma by rejection, whose loop costs seconds of compilation in every
+    program that draws a batch; past `MAX_ERLANG` uniforms per draw it is the cheaper one.
+    """
+    if dof // 2 > MAX_ERLANG or not jax.config.jax_enable_x64 or jnp.dtype(dtype).itemsize > 4:
+        return jax.random.chisquare(key, dof, shape, dtype)
+    k_exp, k_odd = jax.random.split(key)
+    words = random_words(k_exp, (*shape, dof // 2))
+    one = jax.lax.bitcast_convert_type((words >> 9) | np.uint32(0x3F800000), jnp.float32)
+    total = -2.0 * jnp.sum(jnp.log(2.0 - one), axis=-1)  # 2 - one = 1 - U lies in (0, 1]
+    if dof % 2:
+        total = total + standard_normal(k_odd, shape, jnp.float32) ** 2
+    return total.astype(dtype)
+
+
+def normal_from_bits(words: Array) -> Array:
+    """`jax.random.normal`'s float32 map from uniform 32-bit words to standard normals."""
+    one = jax.lax.bitcast_convert_type((words >> 9) | np.uint32(0x3F800000), jnp.float32)
+    low = np.nextafter(np.float32(-1.0), np.float32(1.0))
+    uniform = jnp.maximum(low, (one - 1.0) * (1.0 - low) + low)
+    return np.float32(np.sqrt(2.0)) * jax.lax.erf_inv(uniform)
 
 
 class Batch(eqx.Module):
@@ -53,7 +110,7 @@ def sample_batch(
         phases = jnp.full((batch,), phase, dtype=jnp.int32)
     rows = jnp.arange(batch)
     if keys:
-        x = jax.random.normal(k_keys, (batch, N, s, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
+        x = standard_normal(k_keys, (batch, N, s, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
         return Batch(target=target, phase=phases, keys=x, query=x[rows, target, phases])
     rope_norms = None
     if config.rope_anchor:  # |q|^2 = plain part + one chi^2_2 / d per rotary pair, exactly
@@ -61,14 +118,14 @@ def sample_batch(
         k_norm, k_pairs = jax.random.split(k_norm)
         plain = jnp.zeros((batch, 1), dtype)
         if d > config.rope_dim:
-            plain = jax.random.chisquare(k_norm, d - config.rope_dim, (batch, 1), dtype) / d
+            plain = chi_square(k_norm, d - config.rope_dim, (batch, 1), dtype) / d
         rope_norms = jnp.concatenate(
-            [plain, jax.random.chisquare(k_pairs, 2, (batch, pairs), dtype) / d], axis=1
+            [plain, chi_square(k_pairs, 2, (batch, pairs), dtype) / d], axis=1
         )
         norm2 = jnp.sum(rope_norms, axis=1)
     else:
-        norm2 = jax.random.chisquare(k_norm, d, (batch,), dtype) / d
+        norm2 = chi_square(k_norm, d, (batch,), dtype) / d
     scale = jnp.sqrt(norm2 / d)[:, None, None]
-    gram = scale * jax.random.normal(k_keys, (batch, N, s), dtype)
+    gram = scale * standard_normal(k_keys, (batch, N, s), dtype)
     gram = gram.at[rows, target, phases].set(norm2)
     return Batch(target=target, phase=phases, gram=gram, rope_norms=rope_norms)

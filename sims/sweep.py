@@ -25,6 +25,7 @@ import sys
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -494,6 +495,25 @@ def run_sweep(
         buckets.setdefault(run.bucket, []).append(run)
     devices = 1 if mesh is None else mesh.size
     writer = jax.process_index() == 0
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        writes: list[Future] = []
+        _execute(buckets, store_dir, mesh, devices, runs_per_device, memory_bytes,
+                 progress, writer, pool, writes)  # fmt: skip
+        for write in writes:
+            write.result()  # re-raise a failed write
+    return SweepReport(
+        total=len(runs),
+        skipped=len(runs) - len(todo),
+        ran=len(todo),
+        seconds=time.perf_counter() - start,
+        buckets=len(buckets),
+        devices=devices,
+    )
+
+
+def _execute(
+    buckets, store_dir, mesh, devices, runs_per_device, memory_bytes, progress, writer, pool, writes
+) -> None:
     for members in buckets.values():
         kind = members[0].kind
         per_device = runs_per_device or min(
@@ -509,17 +529,12 @@ def run_sweep(
             results = EXECUTE[kind](batch, mesh, padded)
             wall = (time.perf_counter() - t0) / size
             if writer:
-                for run, (metrics, trajectory) in zip(batch, results, strict=True):
-                    store.write_run(
-                        store_dir, run.row, {**metrics, "wall_seconds": wall}, trajectory
+                # fsync-bound writes overlap the next batch's compute; each stays atomic.
+                writes += [
+                    pool.submit(
+                        store.write_run, store_dir, run.row, {**m, "wall_seconds": wall}, traj
                     )
+                    for run, (m, traj) in zip(batch, results, strict=True)
+                ]
             if progress is not None:
                 progress(size)
-    return SweepReport(
-        total=len(runs),
-        skipped=len(runs) - len(todo),
-        ran=len(todo),
-        seconds=time.perf_counter() - start,
-        buckets=len(buckets),
-        devices=devices,
-    )

@@ -1,0 +1,132 @@
+"""`weakspots predict` and `weakspots flow`: JSON keys, numbers equal theory and the flow, bad input."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import theory
+from idealized.metrics import support_size
+from sims.cli import main
+from sims.flow import reduced_flow
+
+PREDICT_KEYS = (
+    "critical_chunks",
+    "critical_gain",
+    "growth_rate",
+    "uniform_stable",
+    "stable_support_sizes",
+    "predicted_support_size",
+    "predicted_phase_accuracy",
+    "predicted_delta_max",
+    "specialization_time",
+)
+FLOW_KEYS = ("times", "pooling_weights", "gain", "loss", "support_size", "specialization_time")
+SAMPLES = 8  # support-size starts: enough to exercise the path, quick on 2 cores
+
+
+def run_json(argv, capsys):
+    assert main([*argv, "--json", "--quiet"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_predict_numbers_are_theorys(capsys):
+    s, n, gain, dim, scale = 8, 64, 16.0, 64, 1e-3
+    out = run_json(
+        ["predict", "--stride", "8", "--chunks", "64", "--gain", "16", "--dim", "64"]
+        + ["--init-scale", "1e-3", "--samples", str(SAMPLES)],
+        capsys,
+    )
+    assert set(PREDICT_KEYS) <= set(out)
+    assert out["critical_chunks"] == pytest.approx(float(theory.critical_chunks(gain, s)))
+    assert out["critical_gain"] == pytest.approx(float(theory.critical_gain(n, s)))
+    assert out["growth_rate"] == pytest.approx(float(theory.growth_rate(s, n, gain)), rel=1e-12)
+    assert out["uniform_stable"] is False
+    assert out["stable_support_sizes"] == theory.stable_support_sizes(s, n, gain).tolist()
+    sizes, probs, _ = theory.predicted_support_size(s, n, gain, SAMPLES)
+    assert out["predicted_support_size"] == int(sizes[np.argmax(probs)])
+    k = out["predicted_support_size"]
+    accuracy = theory.phase_accuracy(theory.support_weights(s, k), gain, n, dim)
+    np.testing.assert_allclose(out["predicted_phase_accuracy"], accuracy, rtol=1e-12)
+    assert out["predicted_delta_max"] == pytest.approx(float(theory.delta_max(accuracy)))
+    t_star = theory.specialization_time(s, n, gain, scale)
+    assert out["specialization_time"] == pytest.approx(t_star, rel=1e-12)
+
+
+def test_predict_below_threshold_and_without_dim(capsys):
+    out = run_json(["predict", "--stride", "8", "--chunks", "12", "--samples", "4"], capsys)
+    assert out["uniform_stable"] is True and out["specialization_time"] is None
+    assert out["predicted_support_size"] == 8 and out["predicted_delta_max"] == 0.0
+    assert out["predicted_phase_accuracy"] is None  # needs --dim
+
+
+def test_predict_heads_match_predicted_coverage(capsys):
+    argv = ["predict", "--stride", "4", "--chunks", "64", "--gain", "8", "--heads", "2"]
+    out = run_json([*argv, "--samples", "4"], capsys)
+    dist = theory.predicted_coverage(4, 64, 8.0, 2, samples=4)
+    top = next(iter(dist))
+    assert out["predicted_support_size"] == list(top[0])
+    assert out["uncovered_phases"] == top[1]
+    assert out["critical_chunks"] == pytest.approx(float(theory.critical_chunks(8.0, 4, 2)))
+
+
+def test_flow_json_is_the_reduced_flow(capsys):
+    argv = ["flow", "--stride", "4", "--chunks", "64", "--gain", "8", "--heads", "2"]
+    out = run_json([*argv, "--t1", "300", "--saves", "7", "--init-scale", "0.01"], capsys)
+    assert set(FLOW_KEYS) <= set(out)
+    weights = np.asarray(out["pooling_weights"])
+    assert weights.shape == (7, 2, 4) and np.asarray(out["gain"]).shape == (7, 2)
+    assert len(out["times"]) == len(out["loss"]) == 7 and out["times"][-1] == 300.0
+    hist = reduced_flow(
+        jax.random.PRNGKey(0),
+        stride=4,
+        chunks=64.0,
+        heads=2,
+        gain=8.0,
+        init_scale=0.01,
+        t_end=300.0,
+        n_save=7,
+    )
+    np.testing.assert_allclose(weights, hist.pooling_weights[0], rtol=1e-12)
+    assert out["support_size"] == support_size(weights[-1]).tolist()
+    assert out["specialization_time"] == pytest.approx(float(hist.specialization_time[0]))
+    assert np.all(np.diff(out["loss"]) <= 1e-12)
+
+
+def test_flow_table_by_default(capsys):
+    argv = ["flow", "--stride", "4", "--chunks", "8", "--heads", "2", "--t1", "10"]
+    assert main([*argv, "--saves", "7", "--init-scale", "0.01"]) == 0  # shapes as above
+    out = capsys.readouterr().out
+    assert "support size per head" in out and "never" in out  # N=8 < N_c: stays uniform
+
+
+@pytest.mark.parametrize(
+    ("verb", "flags", "flag"),
+    [
+        ("predict", ["--gain", "-3"], "--gain"),
+        ("predict", ["--heads", "0"], "--heads"),
+        ("predict", ["--stride", "0"], "--stride"),
+        ("predict", ["--chunks", "1"], "--chunks"),
+        ("predict", ["--loss", "hinge"], "--loss"),
+        ("predict", ["--dim", "0"], "--dim"),
+        ("predict", ["--init-scale", "0"], "--init-scale"),
+        ("predict", ["--samples", "0"], "--samples"),
+        ("flow", ["--gain", "-3"], "--gain"),
+        ("flow", ["--heads", "0"], "--heads"),
+        ("flow", ["--t1", "0"], "--t1"),
+        ("flow", ["--t1", "inf"], "--t1"),
+        ("flow", ["--saves", "1"], "--saves"),
+        ("flow", ["--init-scale", "nan"], "--init-scale"),
+        ("flow", ["--weight-decay", "-1"], "--weight-decay"),
+        ("flow", ["--seed", "x"], "--seed"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(verb, flags, flag, capsys):
+    try:
+        code = main([verb, *flags])
+    except SystemExit as exit_:  # argparse's own errors (wrong type) exit from inside parse_args
+        code = exit_.code
+    assert code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0]

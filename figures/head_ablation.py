@@ -12,7 +12,7 @@ CAPTION = (
 
 def make(results, predictions):
     maps = results["maps"]
-    fig, axes = figure(len(maps), 2, width=2.6, height=2.1)
+    fig, axes = figure(len(maps), 2, width=2.7, height=2.4, layout="constrained")
     for col, (m, p) in enumerate(zip(maps, predictions["maps"], strict=True)):
         for r, (data, label) in enumerate(((m["effect"], "measured"), (p["effect"], "predicted"))):
             ax = axes[r, col]
@@ -28,7 +28,7 @@ def make(results, predictions):
             ax.set_ylabel("head h")
     fig.colorbar(im, ax=axes, shrink=0.8, label="accuracy drop when head h is ablated")
     fig.suptitle(
-        "Heads divide the phases; some phases are covered by no head "
-        "(measured: SGD d=64; predicted: best-head rule)"
+        "Heads divide the phases; some phases are covered by no head\n"
+        "(measured: SGD d=64, s=8, N=64, gain 16; predicted: best-head rule)"
     )
     return fig

@@ -45,7 +45,7 @@ def make(results, predictions):
         )
         for c in range(1, shown):
             ax.axvline(c * stride - 0.5, color="0.85", lw=0.8, zorder=0)
-        ax.set_ylim(-0.03, 1.05)
+        ax.set_ylim(-0.03, 1.32)
         ax.set_xlim(-0.7, shown * stride - 0.3)
         regime = "past" if run["chunks"] > pred["critical_chunks"] else "below"
         ax.set_title(
@@ -54,7 +54,7 @@ def make(results, predictions):
             loc="left",
         )
         ax.set_ylabel("retrieval accuracy")
-        ax.legend(loc="lower right", ncol=3, fontsize=7, framealpha=0.9)
+        ax.legend(loc="upper center", ncol=3, fontsize=7, framealpha=0.9)
     axes[-1, 0].set_xlabel("needle position (tokens; grey lines = chunk boundaries)")
     fig.suptitle("Periodic weak spots: accuracy repeats with the chunk, the mean hides it")
     fig.tight_layout()

@@ -1,0 +1,54 @@
+"""paper_repro.py end to end on one cheap figure at the tiny size: files, report, exit code, reuse."""
+
+import csv
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+from sims import experiments
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _paper_repro():
+    spec = importlib.util.spec_from_file_location("paper_repro", ROOT / "paper_repro.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["paper_repro"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
+    repro = _paper_repro()
+    monkeypatch.setattr(repro, "check_rows", lambda size_name: [])  # sims.check is tested alone
+    # One Monte Carlo dimension: each (N, d) compiles its own sampler, and the test needs none more.
+    tiny = dataclasses.replace(experiments.SIZES["tiny"], dims=(64,))
+    monkeypatch.setitem(experiments.SIZES, "tiny", tiny)
+    argv = ["--tiny", "--only", "finite_d_accuracy", "--out", str(tmp_path)]
+    code = repro.main(argv)
+    for ext in ("png", "pdf"):
+        assert (tmp_path / f"finite_d_accuracy.{ext}").stat().st_size > 1000
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "![finite_d_accuracy](finite_d_accuracy.png)" in report
+    assert "## Provenance" in report and "wall time" in report
+    with open(tmp_path / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert rows and set(rows[0]) >= {"name", "predicted", "sgd", "rel_error", "tolerance", "pass"}
+    failing = [r for r in rows if r["pass"] != "True"]
+    assert code == (1 if failing else 0)
+    assert ("**FAIL**" in report) == bool(failing)
+
+    # A rerun reads the result store instead of simulating again.
+    stored = sorted((tmp_path / "store" / "runs").glob("*.json"))
+    assert stored
+    mtimes = [p.stat().st_mtime_ns for p in stored]
+    assert repro.main(argv) == code
+    assert [p.stat().st_mtime_ns for p in stored] == mtimes
+
+    # Any failing row (here one injected as if from sims.check) makes the exit code 1.
+    bad = {"name": "x", "config": "", "predicted": 1.0, "ode": 2.0, "sgd": None,
+           "rel_error": 1.0, "tolerance": 0.1, "pass": False}  # fmt: skip
+    monkeypatch.setattr(repro, "check_rows", lambda size_name: [{"figure": "check", **bad}])
+    assert repro.main(argv) == 1
+    assert "**FAIL**" in (tmp_path / "REPORT.md").read_text()

@@ -5,7 +5,7 @@ import numpy as np
 from figures.style import THEORY, figure
 
 CAPTION = (
-    "Specialisation index of the reduced flow at t = 2 x lr x steps over context length N and gain/stride (s=8), with the critical curve N_c = 1 + 2 exp(gain/stride).",
+    "Specialisation index of the reduced flow at t = lr x steps = 1200 (the SGD budget), from init scale 0.01, over context length N and gain/stride (s=8), with the critical curve N_c = 1 + 2 exp(gain/stride).",
     "Red markers: finite-d SGD runs (filled: collapsed onto fewer than s phases; open: stayed uniform).",
 )
 

@@ -185,16 +185,15 @@ FLOW_SAVES = 128  # every reduced flow saves this many times: one compilation pe
 
 
 def _save_grid(ts) -> tuple[np.ndarray, np.ndarray]:
-    """The requested save times padded to FLOW_SAVES points, and where the requested ones sit."""
-    ts = np.asarray(ts, float)
-    extra = FLOW_SAVES - ts.size
-    grid = ts
+    """The requested save times (strictly increasing) padded to FLOW_SAVES points by halving
+    the widest gaps, and the indices of the requested ones in the padded grid."""
+    grid = np.asarray(ts, float)
+    if grid.size > FLOW_SAVES:
+        raise ValueError(f"at most {FLOW_SAVES} save times, got {grid.size}")
     while grid.size < FLOW_SAVES:
-        fill = np.linspace(ts[0], ts[-1], extra + 2)[1:-1]
-        grid = np.unique(np.concatenate([ts, fill]))
-        extra += FLOW_SAVES - grid.size
-    grid = grid[:FLOW_SAVES] if grid.size > FLOW_SAVES else grid
-    return grid, np.searchsorted(grid, ts)
+        i = int(np.argmax(np.diff(grid)))
+        grid = np.insert(grid, i + 1, 0.5 * (grid[i] + grid[i + 1]))
+    return grid, np.searchsorted(grid, np.asarray(ts, float))
 
 
 def flow(

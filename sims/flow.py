@@ -287,3 +287,172 @@ def reduced_flow(
         gain_parametrisation,
         max_steps,
     )
+
+
+# ----------------------------------------------------------------------------- (b) finite-d flow
+
+
+def finite_d_sample(config, samples, seed=0, dtype=jnp.float64):
+    """A fixed sample of `samples` needles for `config.model`, stratified over phases.
+
+    `samples // s` needles at each phase (exact balance: no phase is favoured by the draw),
+    inner products only (`sample_batch(..., keys=False)`, exact in distribution). Returns a Batch.
+    """
+    from idealized.task import sample_batch
+
+    model_config = config.model
+    per_phase = samples // model_config.stride
+    key = jax.random.key(seed)
+    parts = [
+        sample_batch(
+            jax.random.fold_in(key, phase),
+            model_config,
+            per_phase,
+            keys=False,
+            phase=phase,
+            dtype=dtype,
+        )
+        for phase in range(model_config.stride)
+    ]
+    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *parts)
+
+
+def _trainer_times(config):
+    steps = np.minimum(np.arange(config.eval_times + 1) * config.eval_every, config.steps)
+    return steps
+
+
+@functools.partial(
+    jax.jit, static_argnames=("config", "rtol", "atol", "max_steps", "batch_per_run")
+)
+def _finite_solve(
+    params0, weight_decay, batch, ts, *, config, rtol, atol, max_steps, batch_per_run
+):
+    from idealized.loss import objective
+    from sims.train import DTYPE, Hyper, init
+
+    hyper = jax.tree_util.tree_map(lambda x: x[0], Hyper.stack([config]))
+    static = eqx.partition(init(config, hyper).model, eqx.is_inexact_array)[1]
+
+    def loss_fn(params, args):
+        data, wd = args
+        return objective(eqx.combine(params, static), data, config.loss, wd)
+
+    def one(params, wd, batch):
+        sol = gradient_flow(
+            loss_fn,
+            params,
+            (batch, wd),
+            ts,
+            rtol=rtol,
+            atol=atol,
+            max_steps=max_steps,
+            throw=False,
+        )
+        failed = sol.result._value != diffrax.RESULTS.successful._value
+        ys = jax.tree_util.tree_map(lambda x: jnp.where(failed, jnp.nan, x), sol.ys)
+        models = eqx.combine(ys, static)
+        losses = jax.vmap(loss_fn, in_axes=(0, None))(ys, (batch, wd))
+        weights = jax.vmap(lambda m: m.pooling_weights())(models)
+        gains = jax.vmap(lambda m: m.gain)(models)
+        as_trainer = jax.tree_util.tree_map(
+            lambda x: x.astype(DTYPE) if eqx.is_inexact_array(x) else x, models
+        )
+        return weights, gains, losses, as_trainer
+
+    return jax.vmap(one, in_axes=(0, 0, 0 if batch_per_run else None))(params0, weight_decay, batch)
+
+
+def finite_flow(
+    configs,
+    *,
+    ts=None,
+    samples=32768,
+    sample_seed=0,
+    rtol=1e-6,
+    atol=1e-8,
+    max_steps=100_000,
+    accuracy=True,
+):
+    """Gradient flow of the full finite-d model on a fixed sample (issue 3 (b)), vmapped over runs.
+
+    configs: one TrainConfig or a list sharing `config.static` up to `dim` (seeds, gains,
+    init scales, weight decays and, on the inner-product path, d vary: one compilation;
+    each d gets its own sample). The flow is d params/dt = -grad objective
+    (idealized.loss.objective, the trainer's loss, float64) on a fixed phase-stratified
+    sample of `samples` needles drawn from `sample_seed` (finite_d_sample), from the
+    trainer's own initial model for each config's seed (sims.train.init), so with
+    t = lr * steps small-learning-rate SGD and this flow start at the same point and
+    follow the same expected loss (up to the sample). ts: save times (T,); default the
+    trainer's evaluation times lr * (0, eval_every, ..., steps) of the first config.
+    Returns sims.train.History (leading run axis for a list): times, steps (round(t/lr)),
+    pooling_weights (T, H, s), gain (T, H), loss (T,) the objective on the flow's own
+    sample, phase_accuracy (T, s) on the trainer's held-out set (nan when accuracy=False).
+    A failed solve (e.g. max_steps reached) comes back as nan.
+    """
+    from idealized.config import TrainConfig
+    from sims.train import History, Hyper, evaluate, held_out_gram, init
+
+    single = not isinstance(configs, list | tuple)
+    configs = [configs] if single else list(configs)
+    static = configs[0].static
+    if any(c.static.replace(dim=static.dim) != static for c in configs):
+        raise ValueError("finite_flow: configs must share TrainConfig.static up to dim")
+    dims = sorted({c.dim for c in configs})
+    if len(dims) > 1 and not static.model.uses_gram:
+        raise ValueError("finite_flow: several dims in one call need the inner-product path")
+    # On the inner-product path the model does not depend on d, only the sample does.
+    solve_config = static.replace(dim=TrainConfig().dim) if static.model.uses_gram else static
+    if ts is None:
+        ts = configs[0].lr * _trainer_times(configs[0]).astype(np.float64)
+    ts = jnp.asarray(np.asarray(ts, dtype=np.float64))
+    hyper = Hyper.stack(configs)
+    models0 = jax.vmap(functools.partial(init, static))(hyper).model
+    params0 = jax.tree_util.tree_map(
+        lambda x: x.astype(jnp.float64), eqx.filter(models0, eqx.is_inexact_array)
+    )
+    by_dim = {d: finite_d_sample(static.replace(dim=d), samples, sample_seed) for d in dims}
+    batch_per_run = len(dims) > 1
+    if batch_per_run:
+        batch = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *(by_dim[c.dim] for c in configs))
+    else:
+        batch = by_dim[dims[0]]
+    weight_decay = jnp.asarray([c.weight_decay for c in configs], jnp.float64)
+    weights, gains, losses, models = _finite_solve(
+        params0,
+        weight_decay,
+        batch,
+        ts,
+        config=solve_config,
+        rtol=rtol,
+        atol=atol,
+        max_steps=max_steps,
+        batch_per_run=batch_per_run,
+    )
+    runs, saves = losses.shape
+    acc = np.full((runs, saves, static.stride), np.nan)
+    for dim in dims if accuracy and static.model.uses_gram else ():
+        members = [i for i, c in enumerate(configs) if c.dim == dim]
+        held_config = static.replace(dim=dim)
+        held_out = held_out_gram(held_config)
+        flat = jax.tree_util.tree_map(
+            lambda x: (
+                x[np.asarray(members)].reshape((-1, *x.shape[2:]))  # noqa: B023
+                if eqx.is_array(x)
+                else x
+            ),
+            models,
+        )
+        measured = jax.lax.map(lambda m: evaluate(held_config, m, held_out)[0], flat)  # noqa: B023
+        acc[members] = np.asarray(measured, np.float64).reshape(len(members), saves, -1)
+    lrs = np.asarray([c.lr for c in configs])[:, None]
+    times = np.broadcast_to(np.asarray(ts), (runs, saves))
+    history = History(
+        times=times,
+        steps=np.round(times / lrs).astype(np.int64),
+        pooling_weights=np.asarray(weights, np.float64),
+        gain=np.asarray(gains, np.float64),
+        loss=np.asarray(losses, np.float64),
+        phase_accuracy=acc,
+    )
+    return jax.tree_util.tree_map(lambda x: x[0], history) if single else history

@@ -53,7 +53,8 @@ def make(results, predictions):
     ax.legend(fontsize=7)
     k = np.asarray(predictions["support_sizes"])[np.argmax(predictions["support_probabilities"])]
     fig.suptitle(
-        f"Pooling weights collapse onto k = {k} phases (s=8, N=64, gain 16); "
+        f"Pooling weights collapse onto k = {k} phases (s=8, N=64, gain 16, init scale "
+        f"{results.get('init_scale', 0.01)}); "
         f"lambda = {predictions['growth_rate']:.4f}"
     )
     fig.tight_layout()

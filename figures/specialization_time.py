@@ -13,9 +13,11 @@ CAPTION = (
 def make(results, predictions):
     fig, axes = figure(1, 1, width=5.0, height=3.6)
     ax = axes[0, 0]
+    # Where the start is already past the event (delta_0 > 0.25) the linear law does not apply.
+    line = np.asarray(predictions["time"], float)
     ax.plot(
         predictions["init_scales"],
-        predictions["time"],
+        np.where(line > 0, line, np.nan),
         label="theory t* = (log 0.25 - E log delta_0)/lambda + tau",
         **THEORY,
     )

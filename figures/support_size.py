@@ -63,6 +63,9 @@ def make(results, predictions):
             ax.set_xlabel(label)
             if axis == "chunks":
                 ax.set_xscale("log")
+            ax.set_xticks(x)
+            ax.set_xticklabels([f"{v:g}" for v in x])
+            ax.minorticks_off()
     fig.suptitle("Longer contexts and larger strides specialise onto fewer phases (gain 16)")
     fig.tight_layout()
     return fig

@@ -45,7 +45,7 @@ def make(results, predictions):
         )
         for c in range(1, shown):
             ax.axvline(c * stride - 0.5, color="0.85", lw=0.8, zorder=0)
-        ax.set_ylim(-0.03, 1.32)
+        ax.set_ylim(-0.03, 1.4)
         ax.set_xlim(-0.7, shown * stride - 0.3)
         regime = "past" if run["chunks"] > pred["critical_chunks"] else "below"
         ax.set_title(

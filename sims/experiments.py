@@ -58,7 +58,7 @@ FIGURES = (
     "learned_gain",
 )
 # Bump a figure's version when its driver's output changes meaning: stored results are recomputed.
-VERSIONS = dict.fromkeys(FIGURES, 1) | {"learned_gain": 3}
+VERSIONS = dict.fromkeys(FIGURES, 1) | {"learned_gain": 4, "pooling_dynamics": 2}
 
 STRIDE, CHUNKS, DIM, GAIN = 8, 64, 64, 16.0
 EVENT_LEVEL = 0.25  # theory.specialization_time's event: delta = 0.25
@@ -381,12 +381,21 @@ def rows_weak_spots(results: dict, predictions: dict) -> list[dict]:
 # ----------------------------------------------------------------------------- 2. pooling dynamics
 
 
+POOLING_INIT = 0.3
+
+
 def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
     """SGD pooling weights at d = 64 and d = 1024, and the reduced flow from each run's own start."""
 
     def compute():
         dims = (DIM, 1024)
-        configs = [base_config(size, dim=d, seed=s) for d in dims for s in range(size.seeds)]
+        # Init scale 0.3 (THEORY 6.10): the start, not early SGD noise, then picks the support,
+        # so SGD and the flow from the same start can be compared phase by phase.
+        configs = [
+            base_config(size, dim=d, seed=s, init_scale=POOLING_INIT)
+            for d in dims
+            for s in range(size.seeds)
+        ]
         results = train(configs)
         starts = np.stack([sgd_start(c) for c in configs])
         times = np.asarray(results[0].history.times, float)
@@ -402,7 +411,7 @@ def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
                     "ode": ode["pooling_weights"][i][:, 0],
                 }
             )
-        return {"times": times, "runs": runs}
+        return {"times": times, "runs": runs, "init_scale": POOLING_INIT}
 
     return cached(store_dir, "run", "pooling_dynamics", size, compute)
 
@@ -1229,7 +1238,7 @@ def run_learned_gain(size: Size, store_dir=None) -> dict:
             "gain": out["gain"][:, :, 0],
             "specialization_index": specialization_index(w),
             "support": support_size(w[:, -1]),
-            "start_order": order_parameter(starts),
+            "start_order": order_parameter(np.exp(starts)),  # softmax up to a constant
             "start_gain": 1.0,
             "event_time": out["specialization_time"],
         }

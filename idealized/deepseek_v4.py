@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .rope import ROPE_THETA, rope_frequencies
+
 __all__ = ["deepseek_v4"]
 
 #: The only ratio DeepSeek-V4 compresses with overlapping windows.
@@ -52,7 +54,7 @@ def _interleaved_rope(
     y: Float[Array, "C r"], positions: Float[Array, " C"], theta: float
 ) -> Float[Array, "C r"]:
     rope_dim = y.shape[-1]
-    freqs = theta ** (-jnp.arange(0, rope_dim, 2, dtype=y.dtype) / rope_dim)
+    freqs = rope_frequencies(rope_dim, theta, dtype=y.dtype, xp=jnp)
     angles = positions[:, None] * freqs[None, :]
     cos, sin = jnp.cos(angles), jnp.sin(angles)
     even, odd = y[:, 0::2], y[:, 1::2]
@@ -69,7 +71,7 @@ def deepseek_v4(
     ratio: int,
     eps: float = 1e-6,
     rope_dim: int = 0,
-    rope_theta: float = 10000.0,
+    rope_theta: float = ROPE_THETA,
 ) -> Float[Array, "C d"]:
     """Compress `T` tokens into `T // ratio` keys the way DeepSeek-V4's Compressor does.
 

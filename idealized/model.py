@@ -14,10 +14,9 @@ from jaxtyping import Array, Float, PRNGKeyArray
 from .compression import AbstractCompressor, init_compressor
 from .config import ModelConfig
 from .deepseek_v4 import _interleaved_rope
+from .rope import ROPE_THETA as ROPE_THETA
+from .rope import rope_frequencies as rope_frequencies
 from .types import Gram, Keys, Logits, PoolingWeights, Query
-
-ROPE_THETA = 10000.0
-"""RoPE base for `rope_anchor`: pair i turns at `ROPE_THETA ** (-2i / rope_dim)` per token."""
 
 
 def shift_tokens(x: Float[Array, "N s ..."], offset: int) -> Float[Array, "N s ..."]:
@@ -42,11 +41,6 @@ def rope_rotate(x: Float[Array, "C d"], positions, rope_dim: int) -> Float[Array
     return jnp.concatenate([x[:, : dim - rope_dim], rotated], axis=1)
 
 
-def rope_frequencies(rope_dim: int, dtype=jnp.float32) -> Float[Array, " R"]:
-    """`theta_i = ROPE_THETA ** (-2i / rope_dim)`, one per rotary pair."""
-    return ROPE_THETA ** (-jnp.arange(0, rope_dim, 2, dtype=dtype) / rope_dim)
-
-
 def anchored_self_product(rope_norms: Float[Array, " R1"], relative) -> Float[Array, ""]:
     """`q . R(-rel) q` for a query whose squared norms are `rope_norms`.
 
@@ -55,7 +49,8 @@ def anchored_self_product(rope_norms: Float[Array, " R1"], relative) -> Float[Ar
     `|q_plain|^2 + sum_i |q_pair_i|^2 cos(relative * theta_i)`.
     """
     rope_dim = 2 * (rope_norms.shape[0] - 1)
-    angles = jnp.asarray(relative, rope_norms.dtype) * rope_frequencies(rope_dim, rope_norms.dtype)
+    freqs = rope_frequencies(rope_dim, dtype=rope_norms.dtype, xp=jnp)
+    angles = jnp.asarray(relative, rope_norms.dtype) * freqs
     return rope_norms[0] + jnp.sum(rope_norms[1:] * jnp.cos(angles))
 
 

@@ -16,13 +16,11 @@ phases are weak: the reduced flow with a phase-dependent needle gain beta kappa[
 
 import numpy as np
 
-
-def rope_frequencies(rope_dim, rope_theta=10000.0):
-    """theta_i = rope_theta^(-2i/rope_dim), i < rope_dim/2. Returns (rope_dim/2,)."""
-    return rope_theta ** (-np.arange(0, rope_dim, 2) / rope_dim)
+from idealized.rope import ROPE_THETA
+from idealized.rope import rope_frequencies as rope_frequencies
 
 
-def rope_attenuation(stride, rope_dim, dim, rope_theta=10000.0):
+def rope_attenuation(stride, rope_dim, dim, rope_theta=ROPE_THETA):
     """kappa[phi]: the needle logit's mean scale at phase phi under RoPE anchoring (module docstring).
 
     stride s, rope_dim, dim d, rope_theta. Returns (s,); kappa[0] = 1.
@@ -34,7 +32,7 @@ def rope_attenuation(stride, rope_dim, dim, rope_theta=10000.0):
     )
 
 
-def rope_weak_phases(stride, rope_dim, dim, support_size, rope_theta=10000.0):
+def rope_weak_phases(stride, rope_dim, dim, support_size, rope_theta=ROPE_THETA):
     """Predicted weak spots under RoPE anchoring: phases outside the support_size largest kappa.
 
     stride s, rope_dim, dim d, support_size k (e.g. from theory.predicted_support_size).

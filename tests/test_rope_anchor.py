@@ -11,7 +11,7 @@ from idealized.model import init_model
 from idealized.task import Batch, sample_batch
 from sims.analysis import predicted_phase_accuracy
 from sims.train import train_many
-from theory.interventions import rope_phase_scale
+from theory.rope import rope_attenuation_at
 
 
 @pytest.mark.parametrize(
@@ -48,7 +48,7 @@ def test_kappa_is_the_mean_anchored_self_product():
     for phase in range(8):
         values = jax.vmap(lambda r, phase=phase: anchored_self_product(r, phase))(b.rope_norms)
         assert float(jnp.mean(values)) == pytest.approx(
-            rope_phase_scale(phase, dim, rope_dim), abs=0.01
+            rope_attenuation_at(phase, rope_dim, dim), abs=0.01
         )
 
 

@@ -8,7 +8,8 @@ distractors' is N(0, beta^2 r |alpha|^2 / d), so
     acc[phi] = E_r E_needle [ Phi(needle / sd_distractor)^(N-1) ],
 
 a 2-D quadrature (Gauss-Hermite in the needle, a chi-square grid in r). `kappa` is the
-RoPE-anchoring attenuation of the needle's own product (1 without RoPE; `rope_phase_scale`).
+RoPE-anchoring attenuation of the needle's own product (1 without RoPE;
+theory.rope.rope_attenuation_at).
 
 Several heads ("best head" rule). The head average Pbar is dominated by the sharpest head:
 a head that retrieves the needle puts mass ~ sigma_N(beta alpha) on it, while a head that
@@ -24,6 +25,7 @@ ensembles); overlapping windows hold it in two entries (own-chunk slot s + hp,
 previous-chunk slot hp), and the better of the two retrieves it.
 """
 
+import functools
 import math
 
 import jax
@@ -32,24 +34,17 @@ import numpy as np
 from jax.scipy.special import ndtr
 
 from .reduced import retrieval_probability
+from .rope import ROPE_THETA, rope_attenuation_at
 
-ROPE_THETA = 10000.0
 _HERMITE = np.polynomial.hermite_e.hermegauss(48)
 
 
 def rope_phase_scale(relative, dim, rope_dim, theta=ROPE_THETA):
-    """kappa(rel): the needle's own product under RoPE anchoring, relative to no RoPE.
+    """kappa(rel) under RoPE anchoring: theory.rope.rope_attenuation_at(relative, rope_dim, dim).
 
-    A key equal to the query, anchored `rel` tokens before it, contributes
-    |q_plain|^2 + sum_i |q_pair_i|^2 cos(rel theta_i) with theta_i = theta^(-2i/rope_dim);
-    in expectation that is |q|^2 kappa(rel) with
-    kappa(rel) = (d - rope_dim)/d + (2/d) sum_i cos(rel theta_i)   (THEORY 7, RoPE anchoring).
-    relative: any shape. Returns the same shape.
+    Kept for callers of this argument order (relative, dim, rope_dim).
     """
-    rel = np.asarray(relative, float)
-    freqs = theta ** (-np.arange(0, rope_dim, 2) / rope_dim) if rope_dim else np.zeros(0)
-    rotary = np.sum(np.cos(rel[..., None] * freqs), axis=-1) if rope_dim else 0.0
-    return (dim - rope_dim) / dim + 2.0 * rotary / dim
+    return rope_attenuation_at(relative, rope_dim, dim, theta)
 
 
 def _norm_grid(dim, nodes=160):
@@ -109,11 +104,11 @@ def head_phase_accuracy(
         hp = (phases - offsets[h]) % stride
         norm2 = np.sum(w[h] ** 2)
         own = stride + hp if overlap else hp
-        kappa = rope_phase_scale(hp, dim, rope_dim) if rope_dim else 1.0
+        kappa = rope_attenuation_at(hp, rope_dim, dim) if rope_dim else 1.0
         competitors = chunks - 1 if overlap else chunks  # the alias entry is merged out
         acc = slot_accuracy(w[h, own], norm2, gains[h], competitors, dim, kappa)
         if overlap:
-            kappa_prev = rope_phase_scale(hp - stride, dim, rope_dim) if rope_dim else 1.0
+            kappa_prev = rope_attenuation_at(hp - stride, rope_dim, dim) if rope_dim else 1.0
             prev = slot_accuracy(w[h, hp], norm2, gains[h], competitors, dim, kappa_prev)
             acc = np.maximum(acc, prev)
         out[h] = acc
@@ -249,13 +244,7 @@ def reduced_flow_weights(
     kappa = None
     if rope is not None:
         dim, rope_dim = rope
-        freqs = ROPE_THETA ** (-jnp.arange(0, rope_dim, 2) / rope_dim)
-
-        def kappa(rel):
-            rel = jnp.asarray(rel, jnp.float64)
-            return (dim - rope_dim) / dim + 2.0 * jnp.sum(
-                jnp.cos(rel[:, None] * freqs[None, :]), axis=-1
-            ) / dim
+        kappa = functools.partial(rope_attenuation_at, rope_dim=rope_dim, dim=dim, xp=jnp)
 
     scale = (chunks - 1.0) / (chunks - 2.0) if overlap else chunks / (chunks - 1.0)
 

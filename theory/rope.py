@@ -20,16 +20,25 @@ from idealized.rope import ROPE_THETA
 from idealized.rope import rope_frequencies as rope_frequencies
 
 
+def rope_attenuation_at(relative, rope_dim, dim, rope_theta=ROPE_THETA, *, xp=np):
+    """kappa(rel): the needle logit's mean scale when its key is anchored `rel` tokens back.
+
+    kappa(rel) = (d - rope_dim)/d + (2/d) sum_i cos(rel theta_i)
+               = 1 - rho + rho * mean_i cos(rel theta_i)   (module docstring; 1 for rope_dim = 0).
+    relative: any shape; rope_dim, dim d, rope_theta; xp: numpy, or jax.numpy to trace it.
+    Returns the shape of `relative`.
+    """
+    rel = xp.asarray(relative, xp.float64)
+    rotary = xp.sum(xp.cos(rel[..., None] * rope_frequencies(rope_dim, rope_theta, xp=xp)), axis=-1)
+    return (dim - rope_dim) / dim + 2.0 * rotary / dim
+
+
 def rope_attenuation(stride, rope_dim, dim, rope_theta=ROPE_THETA):
     """kappa[phi]: the needle logit's mean scale at phase phi under RoPE anchoring (module docstring).
 
     stride s, rope_dim, dim d, rope_theta. Returns (s,); kappa[0] = 1.
     """
-    phases = np.arange(stride)[:, None]
-    rho = rope_dim / dim
-    return (
-        1.0 - rho + rho * np.mean(np.cos(phases * rope_frequencies(rope_dim, rope_theta)), axis=1)
-    )
+    return rope_attenuation_at(np.arange(stride), rope_dim, dim, rope_theta)
 
 
 def rope_weak_phases(stride, rope_dim, dim, support_size, rope_theta=ROPE_THETA):

@@ -18,6 +18,7 @@ replaces r by its mean and the needle variance by (2 alpha_phi^2 + s_phi^2)/d
 (phase_accuracy_gaussian).
 """
 
+import functools
 import math
 
 import jax.numpy as jnp
@@ -25,6 +26,13 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 
+def _read_only(*arrays):
+    for a in arrays:
+        a.flags.writeable = False
+    return arrays
+
+
+@functools.lru_cache(maxsize=64)
 def _chi_nodes(dim, nodes):
     centre = math.sqrt(max(dim - 1.0, 0.0))
     lo, hi = max(centre - 12.0, 0.0), centre + 12.0
@@ -37,17 +45,40 @@ def _chi_nodes(dim, nodes):
         - math.lgamma(dim / 2.0)
     )
     weights = w * (hi - lo) / 2.0 * np.exp(log_density)
-    return rho, weights / weights.sum()
+    return _read_only(rho, weights / weights.sum())
 
 
+@functools.lru_cache(maxsize=8)
 def _normal_nodes(nodes):
+    # Cached: the quadrature nodes cost more than one accuracy evaluation.
     z, w = np.polynomial.hermite_e.hermegauss(nodes)
-    return z, w / w.sum()
+    return _read_only(z, w / w.sum())
 
 
 def _beats_max_of_distractors(margin, chunks):
     """Phi(margin)^(N-1): probability a needle at this standardised margin wins."""
     return np.asarray(jnp.exp((chunks - 1.0) * log_ndtr(jnp.asarray(margin))))
+
+
+def needle_accuracy(needle_weight, weight_norm2, chunks, dim, kappa=1.0, nodes=96):
+    """Probability the needle beats all N-1 distractors, for one slot of one head (THEORY 6.12).
+
+    needle_weight alpha_phi, weight_norm2 |alpha|^2, kappa (the needle product's
+    attenuation, theory.rope.rope_attenuation_at; 1 without RoPE): arrays that broadcast.
+    chunks N, dim d (finite). With s_phi^2 = |alpha|^2 - alpha_phi^2 the needle's margin is
+    (kappa alpha_phi rho + s_phi Z) / |alpha|, so acc = E_{rho, Z} Phi(margin)^(N-1)
+    (module docstring, the needle's mean scaled by kappa). Returns the broadcast shape.
+    """
+    alpha, norm2, kappa = np.broadcast_arrays(
+        *(np.asarray(x, dtype=float) for x in (needle_weight, weight_norm2, kappa))
+    )
+    norm = np.sqrt(np.maximum(norm2, 1e-300))[..., None, None]
+    others = np.sqrt(np.maximum(norm2 - alpha**2, 0.0))[..., None, None]
+    rho, w_rho = _chi_nodes(float(dim), int(nodes))
+    z, w_z = _normal_nodes(int(nodes))
+    margin = ((kappa * alpha)[..., None, None] * rho[:, None] + others * z) / norm
+    win = _beats_max_of_distractors(margin, chunks)
+    return np.einsum("...ij,i,j->...", win, w_rho, w_z)
 
 
 def phase_accuracy(pooling_weights, gain, chunks, dim, nodes=96):
@@ -56,22 +87,14 @@ def phase_accuracy(pooling_weights, gain, chunks, dim, nodes=96):
     pooling_weights: (s,) alpha of one head; gain: beta > 0 (the argmax does not depend
     on it for one head); chunks: N; dim: d, or inf for the large-d limit (needle logit
     beta alpha_phi against distractors at 0: accuracy 1 where alpha_phi > 0, 1/N for
-    an exactly dropped phase, all N logits tied). Exact 2-D quadrature (module docstring).
-    Returns (s,).
+    an exactly dropped phase, all N logits tied). Exact 2-D quadrature (module docstring,
+    needle_accuracy). Returns (s,).
     """
     del gain
     alpha = np.asarray(pooling_weights, dtype=float)
     if math.isinf(dim):
         return np.where(alpha > 0.0, 1.0, 1.0 / chunks)
-    norm = np.linalg.norm(alpha)
-    others = np.sqrt(np.maximum(norm**2 - alpha**2, 0.0))
-    rho, w_rho = _chi_nodes(dim, nodes)
-    z, w_z = _normal_nodes(nodes)
-    margin = (
-        alpha[:, None, None] * rho[None, :, None] + others[:, None, None] * z[None, None, :]
-    ) / norm
-    win = _beats_max_of_distractors(margin, chunks)
-    return np.einsum("pij,i,j->p", win, w_rho, w_z)
+    return needle_accuracy(alpha, np.sum(alpha**2), chunks, dim, nodes=nodes)
 
 
 def phase_accuracy_gaussian(pooling_weights, gain, chunks, dim, nodes=96):
@@ -84,7 +107,7 @@ def phase_accuracy_gaussian(pooling_weights, gain, chunks, dim, nodes=96):
     alpha = np.asarray(pooling_weights, dtype=float)
     norm = np.linalg.norm(alpha)
     needle_sd = np.sqrt((norm**2 + alpha**2) / dim)
-    z, w_z = _normal_nodes(nodes)
+    z, w_z = _normal_nodes(int(nodes))
     margin = (alpha[:, None] + needle_sd[:, None] * z[None, :]) / (norm / math.sqrt(dim))
     return _beats_max_of_distractors(margin, chunks) @ w_z
 

@@ -7,9 +7,9 @@ distractors' is N(0, beta^2 r |alpha|^2 / d), so
 
     acc[phi] = E_r E_needle [ Phi(needle / sd_distractor)^(N-1) ],
 
-a 2-D quadrature (Gauss-Hermite in the needle, a chi-square grid in r). `kappa` is the
-RoPE-anchoring attenuation of the needle's own product (1 without RoPE;
-theory.rope.rope_attenuation_at).
+a 2-D quadrature over rho = sqrt(r d) ~ chi_d and the needle's noise, shared with
+theory.accuracy (needle_accuracy). `kappa` is the RoPE-anchoring attenuation of the
+needle's own product (1 without RoPE; theory.rope.rope_attenuation_at).
 
 Several heads ("best head" rule). The head average Pbar is dominated by the sharpest head:
 a head that retrieves the needle puts mass ~ sigma_N(beta alpha) on it, while a head that
@@ -26,17 +26,14 @@ previous-chunk slot hp), and the better of the two retrieves it.
 """
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import ndtr
 
+from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import ROPE_THETA, rope_attenuation_at
-
-_HERMITE = np.polynomial.hermite_e.hermegauss(48)
 
 
 def rope_phase_scale(relative, dim, rope_dim, theta=ROPE_THETA):
@@ -47,40 +44,15 @@ def rope_phase_scale(relative, dim, rope_dim, theta=ROPE_THETA):
     return rope_attenuation_at(relative, rope_dim, dim, theta)
 
 
-def _norm_grid(dim, nodes=160):
-    # r = chi^2_d / d on a grid covering +-9 standard deviations, trapezoid weights.
-    sd = math.sqrt(2.0 / dim)
-    r = np.linspace(max(1e-6, 1.0 - 9 * sd), 1.0 + 12 * sd, nodes)
-    k = dim / 2.0
-    log_pdf = (k - 1) * np.log(r * dim) - r * dim / 2 - k * math.log(2) - math.lgamma(k)
-    w = np.exp(log_pdf) * dim * np.gradient(r)
-    return r, w / w.sum()
-
-
 def slot_accuracy(needle_weight, weight_norm2, gain, chunks, dim, kappa=1.0):
     """acc of one head for a needle in a slot of weight `needle_weight` (exact, module docstring).
 
-    needle_weight alpha[phi], weight_norm2 |alpha|^2 (same shape), gain beta, chunks N,
-    dim d, kappa the needle-product attenuation. Returns an array of the broadcast shape.
+    needle_weight alpha[phi], weight_norm2 |alpha|^2 (same shape), gain beta (drops out of
+    the argmax), chunks N, dim d, kappa the needle-product attenuation.
+    theory.accuracy.needle_accuracy. Returns an array of the broadcast shape.
     """
-    a = np.asarray(needle_weight, float)
-    a2 = np.asarray(weight_norm2, float)
-    kap = np.asarray(kappa, float)
-    a, a2, kap = np.broadcast_arrays(a, a2, kap)
-    r, rw = _norm_grid(dim)
-    z, zw = _HERMITE
-    zw = zw / zw.sum()
-    shape = a.shape
-    a, a2, kap = (x.reshape(-1, 1, 1) for x in (a, a2, kap))
-    rr = r[None, :, None]
-    mean = gain * rr * kap * a
-    sd_needle = gain * np.sqrt(rr * np.maximum(a2 - a**2, 0.0) / dim)
-    sd_dist = gain * np.sqrt(rr * np.maximum(a2, 1e-300) / dim)
-    needle = mean + sd_needle * z[None, None, :]
-    log_cdf = jnp.log(jnp.clip(ndtr(jnp.asarray(needle / sd_dist)), 1e-300, 1.0))
-    win = np.asarray(jnp.exp((chunks - 1) * log_cdf))
-    acc = np.einsum("krz,r,z->k", win, rw, zw)
-    return acc.reshape(shape)
+    del gain
+    return needle_accuracy(needle_weight, weight_norm2, chunks, dim, kappa)
 
 
 def head_phase_accuracy(

@@ -15,6 +15,7 @@ from idealized.model import init_model
 from idealized.task import Batch, sample_batch
 from sims.analysis import ablate, compare_mitigations
 from theory import interventions as theory
+from theory.mitigations import entropy_critical_weight
 from theory.thresholds import growth_rate
 
 
@@ -80,7 +81,7 @@ def test_phase_entropy_term_is_the_mean_entropy():
 def test_critical_phase_entropy_separates_growth_from_decay():
     # Reduced flow from a small perturbation: below REG_c it grows, above it decays.
     stride, chunks, gain = 8, 64, 16.0
-    reg_c = theory.critical_phase_entropy(stride, chunks, gain)
+    reg_c = entropy_critical_weight(stride, chunks, gain)
     assert reg_c == pytest.approx(stride * float(growth_rate(stride, chunks, gain)))
     a0 = 1e-3 * np.random.default_rng(0).standard_normal((1, stride))
     spread0 = np.ptp(np.exp(a0))

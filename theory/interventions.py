@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .accuracy import needle_accuracy
+from .mitigations import entropy_critical_weight
 from .reduced import retrieval_probability
 from .rope import ROPE_THETA, rope_attenuation_at
 
@@ -145,18 +146,8 @@ def activation_patch_effect(pooling_weights, gain, chunks, dim, **variant):
     return head_phase_accuracy(pooling_weights, gain, chunks, dim, **variant) - 1.0 / chunks
 
 
-def critical_phase_entropy(stride, chunks, gain, heads=1, loss="mse"):
-    """REG_c: the phase-entropy weight above which uniform pooling is stable.
-
-    Near uniform pooling (logits u, centring P) the entropy of alpha_h is
-    log s - |P u_h|^2 / (2 s) + O(u^3), so the regulariser `-REG mean_h H(alpha_h)` adds a
-    restoring rate REG / (H s) to every mode; it beats the fastest growth rate lambda
-    (theory.thresholds.growth_rate) when REG > H s lambda. Returns max(0, H s lambda).
-    """
-    from .thresholds import growth_rate
-
-    lam = float(growth_rate(stride, chunks, gain, heads, loss))
-    return max(0.0, heads * stride * lam)
+critical_phase_entropy = entropy_critical_weight
+"""REG_c = max(0, H s lambda), theory.mitigations.entropy_critical_weight (kept as an alias)."""
 
 
 def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=False, kappa=None):

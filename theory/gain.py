@@ -20,19 +20,15 @@ import math
 
 import numpy as np
 
+from ._sigmoid import mse_drive
 from .support import internal_rate, reentry_rate, stable_support_sizes
 from .thresholds import _log_chi_mean, growth_rate
-
-
-def _w(margin, chunks):
-    s = 1.0 / (1.0 + (chunks - 1.0) * np.exp(-margin))
-    return 2.0 * s * (1.0 - s) ** 2
 
 
 def gain_force(stride, chunks, gain, weight_decay, support_size):
     """-dL/dbeta - weight_decay beta at the k-phase state: (c/s) w(beta/k) - weight_decay beta."""
     c = chunks / (chunks - 1.0)
-    return c / stride * _w(gain / support_size, chunks) - weight_decay * gain
+    return c / stride * mse_drive(gain / support_size, chunks) - weight_decay * gain
 
 
 def weight_decay_equilibrium_gain(stride, chunks, weight_decay, support_size):

@@ -30,21 +30,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._sigmoid import mse_drive, sigma_n
 from .reduced import reduced_loss
 from .thresholds import growth_rate
 
 
-def _sigma(margin, chunks):
-    return 1.0 / (1.0 + (chunks - 1.0) * np.exp(-margin))
-
-
-def _w(margin, chunks):
-    s = _sigma(margin, chunks)
-    return 2.0 * s * (1.0 - s) ** 2
-
-
 def _l2(margin, chunks):
-    g = 1.0 - _sigma(margin, chunks)
+    g = 1.0 - sigma_n(margin, chunks)
     return 2.0 * g**2 * (1.0 - g) * (2.0 - 3.0 * g)
 
 
@@ -67,7 +59,9 @@ def reentry_rate(stride, chunks, gain, support_size):
     """
     k = np.asarray(support_size, float)
     c = chunks / (chunks - 1.0)
-    return (1.0 + 1.0 / k) * c * gain / stride * (_w(0.0, chunks) - _w(gain / k, chunks))
+    return (
+        (1.0 + 1.0 / k) * c * gain / stride * (mse_drive(0.0, chunks) - mse_drive(gain / k, chunks))
+    )
 
 
 def reentry_time(stride, chunks, gain, support_size, dropped_weight):
@@ -83,7 +77,7 @@ def reentry_time(stride, chunks, gain, support_size, dropped_weight):
 
 def reentry_margin(chunks):
     """m_reentry(N): dropped phases re-enter iff beta/k > m_reentry (module docstring)."""
-    target = _w(0.0, chunks) / 2.0
+    target = mse_drive(0.0, chunks) / 2.0
     lo, hi = 1.0 / 3.0, 1.0
     for _ in range(200):  # x (1 - x)^2 decreases on (1/3, 1)
         mid = 0.5 * (lo + hi)
@@ -109,7 +103,7 @@ def support_loss(stride, chunks, gain, support_size):
     c = chunks / (chunks - 1.0)
     dropped = (1.0 - 1.0 / chunks) ** 2
     return c * (
-        k / stride * (1.0 - _sigma(gain / k, chunks)) ** 2 + (stride - k) / stride * dropped
+        k / stride * (1.0 - sigma_n(gain / k, chunks)) ** 2 + (stride - k) / stride * dropped
     )
 
 

@@ -25,11 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._sigmoid import sigma_n
 from .reduced import LOSSES, reduced_loss
 
 
 def _sigma_derivatives(margin, chunks):
-    sigma = 1.0 / (1.0 + (chunks - 1.0) * np.exp(-margin))
+    sigma = sigma_n(margin, chunks)
     first = sigma * (1.0 - sigma)
     second = first * (1.0 - 2.0 * sigma)
     return sigma, first, second

@@ -3,6 +3,7 @@
 import idealized as _idealized  # noqa: F401  (sets the precision policy)
 
 from .accuracy import delta_max as delta_max
+from .accuracy import needle_accuracy as needle_accuracy
 from .accuracy import phase_accuracy as phase_accuracy
 from .accuracy import phase_accuracy_gaussian as phase_accuracy_gaussian
 from .accuracy import phase_accuracy_heads as phase_accuracy_heads
@@ -17,6 +18,15 @@ from .gain import weight_decay_equilibrium_gain as weight_decay_equilibrium_gain
 from .heads import coverage_summary as coverage_summary
 from .heads import expected_uncovered as expected_uncovered
 from .heads import predicted_coverage as predicted_coverage
+from .interventions import ablation_effect as ablation_effect
+from .interventions import activation_patch_effect as activation_patch_effect
+from .interventions import best_head_accuracy as best_head_accuracy
+from .interventions import chunking_cost as chunking_cost
+from .interventions import head_phase_accuracy as head_phase_accuracy
+from .interventions import pooling_patch_effect as pooling_patch_effect
+from .interventions import reduced_flow_weights as reduced_flow_weights
+from .interventions import reduced_needle_mass as reduced_needle_mass
+from .interventions import slot_accuracy as slot_accuracy
 from .mitigations import entropy_critical_weight as entropy_critical_weight
 from .mitigations import offset_ensemble_accuracy as offset_ensemble_accuracy
 from .mitigations import overlap_coverage as overlap_coverage
@@ -27,6 +37,7 @@ from .reduced import reduced_loss as reduced_loss
 from .reduced import retrieval_probability as retrieval_probability
 from .reduced import specialization_order as specialization_order
 from .rope import rope_attenuation as rope_attenuation
+from .rope import rope_attenuation_at as rope_attenuation_at
 from .rope import rope_frequencies as rope_frequencies
 from .rope import rope_weak_phases as rope_weak_phases
 from .support import covered as covered

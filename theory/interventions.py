@@ -88,7 +88,7 @@ def head_phase_accuracy(
     return out
 
 
-def phase_accuracy(pooling_weights, gain, chunks, dim, **variant):
+def best_head_accuracy(pooling_weights, gain, chunks, dim, **variant):
     """Predicted per-phase accuracy `(s,)` of the head average: the best-head rule.
 
     Same arguments as head_phase_accuracy; add `ensemble=K` to average the readout over K
@@ -105,6 +105,10 @@ def phase_accuracy(pooling_weights, gain, chunks, dim, **variant):
         for k in range(ensemble)
     ]
     return np.max(np.concatenate(rows, axis=0), axis=0)
+
+
+phase_accuracy = best_head_accuracy
+"""The best-head rule under this module's historical name (theory.phase_accuracy is one head's)."""
 
 
 def ablation_effect(pooling_weights, gain, chunks, dim, **variant):

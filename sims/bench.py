@@ -1,0 +1,425 @@
+"""Performance, as ratios measured in one run: the project against a naive baseline and the machine.
+
+Four comparisons, each timed with its baseline in the same process, repeats interleaved
+(one of each per round, so that load from other jobs falls on both); a ratio is the
+median over rounds of the ratio within a round (`paired_ratio`):
+
+* `speedup_vs_naive_loop`: model-steps per second of `sims.train.run_batch` on a batch of
+  canonical runs (`s=8, N=64, d=64, H=1`, batch 256, evaluation included) over the naive
+  trainer a user writes first (`benchmarks/naive_trainer.py`: one model, a jitted step
+  called from a Python loop, real keys drawn every step).
+* `fraction_of_rng_limit`: the trainer's model-steps per second over the rate at which the
+  same generator, for the same batch of runs, only draws the random numbers one exact step
+  needs (`benchmarks/rng_limit.py`): the share of the machine's limit that is reached.
+* `flow_speedup_vs_scipy`: reduced-flow trajectories (THEORY 5) for a batch of starts and
+  gains, `sims.flow.gradient_flow` on `sims.flow.reduced_objective` vmapped and compiled,
+  over `scipy.integrate.solve_ivp` (LSODA, `benchmarks/scipy_flow.py`) one problem at a time,
+  at the same tolerances and save times, checked to agree.
+* `sharding_speedup`: the same training batch split over 2 forced host devices against 1
+  (a subprocess: the device count is fixed when jax starts).
+
+Absolute rates are reported only off the CPU (`absolute`): on a shared CPU they say more
+about the neighbours than about the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import idealized  # noqa: F401  (precision policy)
+from idealized.config import TrainConfig
+from sims import flow
+from sims import train as trainer
+
+try:
+    from benchmarks import naive_trainer, rng_limit, scipy_flow
+except ModuleNotFoundError:  # an install that does not map benchmarks/: it sits beside sims/
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import naive_trainer, rng_limit, scipy_flow
+
+CANONICAL = TrainConfig()  # s=8, N=64, d=64, H=1, batch 256, softmax_pool, mse, SGD
+TARGETS = {
+    "speedup_vs_naive_loop": 100.0,
+    "fraction_of_rng_limit": 0.5,
+    "flow_speedup_vs_scipy": 50.0,
+}
+FLOW_AGREEMENT = 1e-5  # max |pooling weight| difference between diffrax and LSODA at rtol 1e-8
+FLOW_T_END, FLOW_SAVES = 1000.0, 101
+FLOW_RTOL, FLOW_ATOL = 1e-8, 1e-10
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchSettings:
+    """How much work each comparison times; `QUICK` fits in two minutes, `FULL` in ten."""
+
+    runs: int = 16  # canonical runs trained at once
+    steps: int = 600  # training steps per run per timed repeat
+    repeats: int = 5  # interleaved rounds
+    naive_steps: int = 3  # naive-loop steps per round (about a second each on 2 cores)
+    flow_problems: int = 256  # reduced flows solved in one diffrax batch
+    scipy_problems: int = 256  # of those, solved one by one with LSODA
+    flow_api: bool = True  # also time sims.flow.reduced_flow (it adds an event solve)
+    sharding: bool = True
+    shard_steps: int = 200
+    shard_repeats: int = 3
+
+
+FULL = BenchSettings()
+QUICK = BenchSettings(
+    steps=100,
+    repeats=3,
+    naive_steps=2,
+    scipy_problems=24,
+    flow_api=False,
+    shard_steps=50,
+    shard_repeats=2,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """Wall-clock and process CPU seconds of one timed call."""
+
+    wall: float
+    cpu: float
+
+
+def timed(fn: Callable[[], object]) -> Timing:
+    wall, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(fn())
+    return Timing(time.perf_counter() - wall, time.process_time() - cpu)
+
+
+def interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[Timing]]:
+    """Time every call once per round, `repeats` rounds, so that machine load hits all alike."""
+    times: dict[str, list[Timing]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, fn in calls.items():
+            times[name].append(timed(fn))
+    return times
+
+
+def median_rate(work: float, times: list[Timing], clock: str = "wall") -> float:
+    """`work` units per second at the median of `times`."""
+    return work / float(np.median([getattr(t, clock) for t in times]))
+
+
+def paired_ratio(times, work: dict[str, float], top: str, bottom: str, clock: str) -> float:
+    """Median over rounds of `rate(top) / rate(bottom)`, each pair timed back to back.
+
+    Pairing cancels load that drifts between rounds; the median drops a round that a
+    neighbour's burst hit on one side only.
+    """
+    ratios = [
+        (work[top] / getattr(a, clock)) / (work[bottom] / getattr(b, clock))
+        for a, b in zip(times[top], times[bottom], strict=True)
+    ]
+    return float(np.median(ratios))
+
+
+def _ratios(times, work, top: str, bottom: str) -> dict[str, float]:
+    return {clock: paired_ratio(times, work, top, bottom, clock) for clock in ("wall", "cpu")}
+
+
+def bench_training(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """The trainer against the naive loop and the RNG limit; compile time and memory."""
+    config = CANONICAL.replace(steps=settings.steps)
+    hyper = trainer.Hyper.stack([config.replace(seed=seed) for seed in range(settings.runs)])
+    train_batch = partial(trainer.run_batch, config, hyper)
+
+    log("trainer: compiling")
+    first = timed(train_batch)
+    keys = rng_limit.trainer_keys(config, hyper)
+    draw = partial(rng_limit.draw_many, config.static, keys, settings.steps)
+    log("rng limit: compiling")
+    rng_compile = timed(draw)
+    step = naive_trainer.make_step()
+    naive = partial(naive_trainer.train, steps=settings.naive_steps, step=step)
+    log("naive loop: compiling")
+    naive_compile = timed(partial(naive_trainer.train, steps=1, step=step))
+
+    log(f"timing: {settings.repeats} interleaved rounds")
+    times = interleaved(
+        {"trainer": train_batch, "rng_limit": draw, "naive_loop": naive}, settings.repeats
+    )
+    work = {
+        "trainer": settings.runs * settings.steps,
+        "rng_limit": settings.runs * settings.steps,
+        "naive_loop": settings.naive_steps,
+    }
+    rates = {
+        name: {clock: median_rate(work[name], times[name], clock) for clock in ("wall", "cpu")}
+        for name in times
+    }
+    steady = float(np.median([t.wall for t in times["trainer"]]))
+    return {
+        "rates": rates,  # model-steps per second; absolute values only mean much off the CPU
+        "speedup_vs_naive_loop": _ratios(times, work, "trainer", "naive_loop"),
+        "fraction_of_rng_limit": _ratios(times, work, "trainer", "rng_limit"),
+        "compile_seconds": max(first.wall - steady, 0.0),
+        "rng_limit_compile_seconds": rng_compile.wall,
+        "naive_compile_seconds": naive_compile.wall,
+        "peak_memory_mb": _program_memory_mb(config, hyper),
+    }
+
+
+def _program_memory_mb(config: TrainConfig, hyper: trainer.Hyper) -> float:
+    """XLA's peak for one `eval_every`-step block of the batch: arguments + outputs + temporaries.
+
+    The arguments include the held-out set shared by every run (`held_out_gram`). The
+    executable is the one `run_batch` compiled (jax caches it), so this compiles nothing.
+    """
+    config = config.static
+    held_out = trainer.held_out_gram(config) if config.model.uses_gram else None
+    states = jax.eval_shape(lambda h: jax.vmap(partial(trainer.init, config))(h), hyper)
+    stats = trainer._advance_many.lower(config, states, hyper, held_out).compile().memory_analysis()
+    if stats is None:
+        return float("nan")
+    total = (
+        stats.argument_size_in_bytes
+        + stats.output_size_in_bytes
+        + stats.temp_size_in_bytes
+        - stats.alias_size_in_bytes
+    )
+    return total / 2**20
+
+
+@partial(jax.jit, static_argnames=("stride",))
+def diffrax_trajectories(pooling_logits0, gains, chunks, ts, *, stride):
+    """Reduced-flow trajectories, vmapped: pooling weights `(P, T, H, s)` at `ts`.
+
+    The flow `sims.flow.reduced_flow` integrates (`gradient_flow` on `reduced_objective`,
+    fixed gain, log parametrisation), without its second, event-located solve: the same
+    work as the LSODA baseline.
+    """
+    del stride  # the shape carries it; named so the cache key says what was compiled
+
+    def one(logits0, gain):
+        state = flow.FlowState(logits0, jnp.log(jnp.broadcast_to(gain, logits0.shape[:1])))
+        args = flow.FlowArgs(
+            chunks=jnp.asarray(chunks, jnp.float64),
+            learn_gain=jnp.zeros((), jnp.float64),
+            weight_decay=jnp.zeros((), jnp.float64),
+            entropy_weight=jnp.zeros((), jnp.float64),
+            phase_scale=jnp.ones(logits0.shape[-1:], jnp.float64),
+        )
+        sol = flow.gradient_flow(
+            flow.reduced_objective, state, args, ts, rtol=FLOW_RTOL, atol=FLOW_ATOL
+        )
+        return jax.nn.softmax(sol.ys.pooling_logits, axis=-1)
+
+    return jax.vmap(one)(pooling_logits0, gains)
+
+
+def bench_flow(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """Batched diffrax reduced flows against LSODA one by one, on the same problems."""
+    chunks = float(CANONICAL.chunks)
+    logits0, gains = scipy_flow.problems(settings.flow_problems, stride=CANONICAL.stride)
+    ts = np.linspace(0.0, FLOW_T_END, FLOW_SAVES)
+    batch = partial(
+        diffrax_trajectories,
+        jnp.asarray(logits0),
+        jnp.asarray(gains),
+        chunks,
+        jnp.asarray(ts),
+        stride=CANONICAL.stride,
+    )
+    log("flow: compiling")
+    first = timed(batch)
+    weights = np.asarray(batch())
+
+    # LSODA in `repeats` slices, a diffrax batch between slices: both see the same load.
+    count = min(settings.scipy_problems, settings.flow_problems)
+    slices = np.array_split(np.arange(count), max(1, min(settings.repeats, count)))
+    diffrax_times, scipy_times, scipy_weights = [], [], []
+    log(f"flow: {count} LSODA solves against diffrax batches of {settings.flow_problems}")
+    for part in slices:
+        diffrax_times.append(timed(batch))
+        holder = {}
+
+        def lsoda(part=part, holder=holder):
+            tol = {"rtol": FLOW_RTOL, "atol": FLOW_ATOL}
+            holder["w"] = scipy_flow.solve_all(logits0[part], gains[part], chunks, ts, **tol)
+
+        scipy_times.append(timed(lsoda))
+        scipy_weights.append(holder["w"])
+    diffrax_times.append(timed(batch))
+    scipy_weights = np.concatenate(scipy_weights)
+    disagreement = float(np.max(np.abs(scipy_weights - weights[:count])))
+    rates = {
+        clock: {
+            "diffrax": median_rate(settings.flow_problems, diffrax_times, clock),
+            "scipy": count / sum(getattr(t, clock) for t in scipy_times),
+        }
+        for clock in ("wall", "cpu")
+    }
+    out = {
+        "rates": rates,  # solves per second
+        "flow_speedup_vs_scipy": {c: rates[c]["diffrax"] / rates[c]["scipy"] for c in rates},
+        "flow_compile_seconds": max(
+            first.wall - float(np.median([t.wall for t in diffrax_times])), 0.0
+        ),
+        "flow_max_disagreement": disagreement,
+        "flow_agree": bool(disagreement <= FLOW_AGREEMENT),
+        "flow_problems": settings.flow_problems,
+        "scipy_problems": count,
+    }
+    if settings.flow_api:
+        out.update(_bench_reduced_flow_api(logits0, gains, chunks, ts, rates, log))
+    return out
+
+
+def _bench_reduced_flow_api(logits0, gains, chunks, ts, rates, log) -> dict:
+    """`sims.flow.reduced_flow` itself: the trajectory plus the event-located specialisation time."""
+
+    def call():
+        return flow.reduced_flow(
+            stride=logits0.shape[-1],
+            chunks=chunks,
+            gain=gains,
+            init_pooling_logits=logits0,
+            ts=ts,
+            rtol=FLOW_RTOL,
+            atol=FLOW_ATOL,
+        )
+
+    log("flow: compiling sims.flow.reduced_flow")
+    first = timed(call)
+    times = [timed(call) for _ in range(2)]
+    rate = median_rate(len(gains), times)
+    return {
+        "reduced_flow_api_speedup_vs_scipy": rate / rates["wall"]["scipy"],
+        "reduced_flow_api_compile_seconds": max(
+            first.wall - float(np.median([t.wall for t in times])), 0.0
+        ),
+    }
+
+
+def bench_sharding(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """The training batch over 2 forced host devices against 1, in a fresh process."""
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+    env = {**os.environ, "XLA_FLAGS": flags.strip(), "JAX_PLATFORMS": "cpu"}
+    request = {
+        "runs": settings.runs,
+        "steps": settings.shard_steps,
+        "repeats": settings.shard_repeats,
+    }
+    log("sharding: 1 vs 2 host devices in a subprocess")
+    proc = subprocess.run(
+        [sys.executable, "-m", "sims.bench", "--sharding-worker", json.dumps(request)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"sharding_speedup": None, "sharding_error": tail[0]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def sharding_worker(runs: int, steps: int, repeats: int) -> dict:
+    """Run in a process started with 2 host devices: `run_batch` on a 1-D mesh of 2 vs 1 device."""
+    devices = jax.devices()
+    if len(devices) < 2:
+        raise RuntimeError(f"need 2 devices, have {len(devices)}")
+    mesh = jax.sharding.Mesh(np.array(devices[:2]), ("runs",))
+    config = CANONICAL.replace(steps=steps)
+    hyper = trainer.Hyper.stack([config.replace(seed=seed) for seed in range(runs)])
+    calls = {
+        "one_device": partial(trainer.run_batch, config, hyper),
+        "two_devices": partial(trainer.run_batch, config, hyper, mesh=mesh),
+    }
+    for fn in calls.values():
+        fn()  # compile
+    times = interleaved(calls, repeats)
+    rates = {
+        clock: {name: median_rate(runs * steps, t, clock) for name, t in times.items()}
+        for clock in ("wall", "cpu")
+    }
+    return {
+        "sharding_speedup": rates["wall"]["two_devices"] / rates["wall"]["one_device"],
+        "sharding_rates": rates,
+    }
+
+
+def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) -> dict:
+    """Every comparison, in one process; a JSON-ready dict (see the module docstring)."""
+    platform = jax.default_backend()
+    start = time.perf_counter()
+    training = bench_training(settings, log)
+    flows = bench_flow(settings, log)
+    sharding = bench_sharding(settings, log) if settings.sharding else {"sharding_speedup": None}
+    result = {
+        "speedup_vs_naive_loop": training["speedup_vs_naive_loop"]["wall"],
+        "fraction_of_rng_limit": training["fraction_of_rng_limit"]["wall"],
+        "flow_speedup_vs_scipy": flows["flow_speedup_vs_scipy"]["wall"],
+        "flow_compile_seconds": flows["flow_compile_seconds"],
+        "sharding_speedup": sharding["sharding_speedup"],
+        "peak_memory_mb": training["peak_memory_mb"],
+        "compile_seconds": training["compile_seconds"],
+        "cpu_time_ratios": {
+            "speedup_vs_naive_loop": training["speedup_vs_naive_loop"]["cpu"],
+            "fraction_of_rng_limit": training["fraction_of_rng_limit"]["cpu"],
+            "flow_speedup_vs_scipy": flows["flow_speedup_vs_scipy"]["cpu"],
+        },
+        "flow_agree": flows["flow_agree"],
+        "flow_max_disagreement": flows["flow_max_disagreement"],
+        "details": {
+            "rng_limit_compile_seconds": training["rng_limit_compile_seconds"],
+            "naive_compile_seconds": training["naive_compile_seconds"],
+            "flow_problems": flows["flow_problems"],
+            "scipy_problems": flows["scipy_problems"],
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            **{k: v for k, v in flows.items() if k.startswith("reduced_flow_api")},
+            **{k: v for k, v in sharding.items() if k != "sharding_speedup"},
+        },
+        "absolute": None,
+        "platform": platform,
+        "devices": [str(d) for d in jax.devices()],
+        "settings": dataclasses.asdict(settings),
+        "config": {"stride": 8, "chunks": 64, "dim": 64, "heads": 1, "batch": CANONICAL.batch},
+        "bench_seconds": 0.0,
+    }
+    if platform != "cpu":
+        result["absolute"] = {
+            "trainer_model_steps_per_second": training["rates"]["trainer"]["wall"],
+            "rng_limit_model_steps_per_second": training["rates"]["rng_limit"]["wall"],
+            "naive_model_steps_per_second": training["rates"]["naive_loop"]["wall"],
+            "diffrax_solves_per_second": flows["rates"]["wall"]["diffrax"],
+            "device_peak_memory_mb": _device_peak_mb(),
+        }
+    result["targets"] = {
+        name: {"value": result[name], "target": target, "met": bool(result[name] >= target)}
+        for name, target in TARGETS.items()
+    }
+    result["targets"]["flow_speedup_vs_scipy"]["met"] &= result["flow_agree"]
+    result["bench_seconds"] = time.perf_counter() - start
+    return result
+
+
+def _device_peak_mb() -> float | None:
+    stats = jax.devices()[0].memory_stats()
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return stats["peak_bytes_in_use"] / 2**20
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--sharding-worker":
+        print(json.dumps(sharding_worker(**json.loads(sys.argv[2]))))
+    else:
+        sys.exit("usage: weakspots bench [--json] [--quick]")

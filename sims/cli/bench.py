@@ -1,0 +1,75 @@
+"""`weakspots bench`: the project's speed against a naive baseline and the machine, as ratios."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import common
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="benchmark the trainer and the flow against baselines and the machine's limit",
+        description=(
+            "Time the trainer against the naive loop and the RNG limit, the diffrax flow "
+            "against scipy, and 2 host devices against 1, in one run; print the ratios."
+        ),
+    )
+    parser.add_argument("--quick", action="store_true", help="less work: about two minutes")
+    common.add_output_flags(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sims import bench  # jax and the baselines load only when this verb runs
+
+    settings = bench.QUICK if args.quick else bench.FULL
+    log = (
+        (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
+        if common.progress_enabled(args)
+        else (lambda _: None)
+    )
+    result = bench.run(settings, log)
+    if args.json:
+        common.print_json(result)
+    else:
+        print(text_report(result))
+    return 0
+
+
+def text_report(result: dict) -> str:
+    """The targets table, then the other measurements, one per line."""
+
+    def fmt(value):
+        if value is None:
+            return "-"
+        return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+    rows = [
+        [name, fmt(t["value"]), f">= {t['target']:g}", "yes" if t["met"] else "NO"]
+        for name, t in result["targets"].items()
+    ]
+    lines = [
+        f"weakspots bench ({result['platform']}; ratios of medians over interleaved repeats)",
+        common.table(["metric", "value", "target", "met"], rows),
+        "",
+    ]
+    cpu = result["cpu_time_ratios"]
+    extra = [
+        ("sharding_speedup (2 host devices / 1)", result["sharding_speedup"]),
+        ("compile_seconds (trainer)", result["compile_seconds"]),
+        ("flow_compile_seconds", result["flow_compile_seconds"]),
+        ("peak_memory_mb (canonical batch)", result["peak_memory_mb"]),
+        ("flow_max_disagreement (diffrax vs LSODA)", result["flow_max_disagreement"]),
+        *((f"{k} (CPU-time ratio)", v) for k, v in cpu.items()),
+        *((k, v) for k, v in result["details"].items() if k.startswith("reduced_flow_api")),
+        *((k, v) for k, v in (result["absolute"] or {}).items()),
+        ("bench_seconds", result["bench_seconds"]),
+    ]
+    width = max(len(k) for k, _ in extra)
+    lines += [f"{k.ljust(width)}  {fmt(v)}" for k, v in extra]
+    if "sharding_error" in result["details"]:
+        lines.append(f"sharding failed: {result['details']['sharding_error']}")
+    return "\n".join(lines)

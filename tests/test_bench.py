@@ -1,0 +1,168 @@
+"""The benchmark's pieces compute what they claim; no timing thresholds (machines are noisy).
+
+* the sampler's fast normals and chi-squares are the distributions they replace;
+* the naive baseline trains the same model on the same loss as the project's trainer;
+* the RNG limit draws with the trainer's generator;
+* the scipy baseline integrates the same flow as diffrax, and the two agree.
+"""
+
+import json
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from benchmarks import naive_trainer, rng_limit, scipy_flow
+from idealized.config import TrainConfig
+from idealized.loss import objective
+from idealized.model import init_model
+from idealized.task import Batch, chi_square, normal_from_bits, standard_normal
+from sims import bench
+from sims import train as trainer
+from sims.cli import bench as bench_cli
+from theory.reduced import reduced_loss
+
+KS_PVALUE = 1e-3  # fixed seeds: deterministic; a wrong distribution fails by orders of magnitude
+RTOL32 = 1e-5
+
+
+def test_normal_from_bits_is_jax_normal_map():
+    key = jax.random.key(3)
+    expected = jax.random.normal(key, (1000, 7), jnp.float32)
+    bits = jax.random.bits(key, (1000, 7), jnp.uint32)
+    np.testing.assert_array_equal(np.asarray(normal_from_bits(bits)), np.asarray(expected))
+
+
+def test_standard_normal_is_standard_normal():
+    x = np.asarray(standard_normal(jax.random.key(1), (400_000,)), dtype=np.float64)
+    assert stats.kstest(x, "norm").pvalue > KS_PVALUE
+    # both words of a 64-bit draw are used: neighbours are uncorrelated
+    assert abs(np.corrcoef(x[0::2], x[1::2])[0, 1]) < 5 / np.sqrt(x.size / 2)
+    assert standard_normal(jax.random.key(1), (3,), jnp.float64).dtype == jnp.float64
+
+
+@pytest.mark.parametrize("dof", [1, 2, 7, 64])  # past 2 * MAX_ERLANG: jax.random.chisquare
+def test_chi_square_is_chi_square(dof):
+    x = np.asarray(chi_square(jax.random.key(dof), dof, (200_000,)), dtype=np.float64)
+    assert stats.kstest(x, "chi2", args=(dof,)).pvalue > KS_PVALUE
+
+
+def test_naive_baseline_trains_the_project_model_on_the_project_loss():
+    """Same needles: the naive loss on real keys = the project's on keys = on inner products,
+    gradients alike, and the naive step is SGD on it (one compilation: naive draws are slow to build).
+    """
+    config = TrainConfig(stride=4, chunks=8, dim=8)
+    shape = (4, config.chunks, config.stride, config.dim)
+    model = init_model(jax.random.key(0), config.model, config.gain, 0.5, jnp.float32)
+    logits = model.compressor.pooling_logits[0]
+    step = naive_trainer.make_step(*shape, lr=2.0, gain=config.gain).__wrapped__
+
+    @jax.jit
+    def naive(logits, key):
+        batch = naive_trainer.naive_batch(jax.random.split(key)[1], *shape)
+        value_grad = jax.value_and_grad(naive_trainer.naive_loss)(logits, *batch, config.gain)
+        return batch, value_grad, step(logits, key)
+
+    (keys, query, target), (loss, grad), (new, _, step_loss) = naive(logits, jax.random.key(1))
+    np.testing.assert_allclose(step_loss, loss, rtol=RTOL32)
+    np.testing.assert_allclose(new, logits - 2.0 * grad, rtol=RTOL32)
+
+    phase = jnp.zeros_like(target)  # unused by the loss
+    gram = jnp.einsum("bd,bcjd->bcj", query, keys)
+    project = eqx.filter_jit(eqx.filter_value_and_grad(objective))
+    for batch in (
+        Batch(target=target, phase=phase, keys=keys, query=query),
+        Batch(target=target, phase=phase, gram=gram),
+    ):
+        value, grads = project(model, batch, config.loss, 0.0)
+        np.testing.assert_allclose(value, loss, rtol=RTOL32)
+        np.testing.assert_allclose(grads.compressor.pooling_logits[0], grad, rtol=1e-4, atol=1e-7)
+
+
+def test_rng_limit_draws_with_the_trainers_keys():
+    config = TrainConfig(steps=2)
+    hyper = trainer.Hyper.stack([config.replace(seed=s) for s in (0, 7)])
+    keys = rng_limit.trainer_keys(config, hyper)
+    expected = jax.vmap(lambda h: trainer.init(config.static, h).key)(hyper)
+    np.testing.assert_array_equal(jax.random.key_data(keys), jax.random.key_data(expected))
+    assert jax.random.key_impl(keys) == jax.random.key_impl(expected)
+    sums = rng_limit.draw_many(config.static, keys, 2)
+    assert sums.shape == (2, 2) and np.all(np.isfinite(sums))
+
+
+def test_scipy_gradient_is_the_reduced_loss_gradient():
+    logits = np.random.default_rng(0).normal(size=(2, 8))
+    gain = np.array([16.0, 9.0])
+    expected = jax.grad(reduced_loss)(jnp.asarray(logits), jnp.asarray(gain), 64.0)
+    np.testing.assert_allclose(
+        scipy_flow.reduced_gradient(logits, gain, 64.0), expected, rtol=1e-12
+    )
+
+
+def test_scipy_and_diffrax_flows_agree():
+    logits0, gains = scipy_flow.problems(2, init_scale=0.05)
+    ts = np.linspace(0.0, 300.0, 7)
+    tol = {"rtol": bench.FLOW_RTOL, "atol": bench.FLOW_ATOL}
+    lsoda = scipy_flow.solve_all(logits0, gains, 64.0, ts, **tol)
+    diffrax = bench.diffrax_trajectories(
+        jnp.asarray(logits0), jnp.asarray(gains), 64.0, jnp.asarray(ts), stride=8
+    )
+    assert np.max(np.abs(lsoda - np.asarray(diffrax))) < bench.FLOW_AGREEMENT
+    assert np.max(np.abs(lsoda[:, -1] - lsoda[:, 0])) > 0.05  # it moved: the check has teeth
+
+
+def test_paired_ratio_takes_ratios_within_rounds():
+    t = bench.Timing
+    times = {
+        "a": [t(1.0, 1.0), t(10.0, 1.0), t(1.0, 1.0)],
+        "b": [t(2.0, 1.0), t(20.0, 1.0), t(4.0, 4.0)],
+    }
+    work = {"a": 1.0, "b": 1.0}
+    assert bench.paired_ratio(times, work, "a", "b", "wall") == 2.0
+    assert bench.paired_ratio(times, work, "a", "b", "cpu") == 1.0
+
+
+def _fake_result():
+    targets = {
+        name: {"value": 2 * v, "target": v, "met": True} for name, v in bench.TARGETS.items()
+    }
+    return {
+        "targets": targets,
+        "platform": "cpu",
+        "sharding_speedup": 1.3,
+        "compile_seconds": 12.0,
+        "flow_compile_seconds": 7.0,
+        "peak_memory_mb": 50.7,
+        "flow_max_disagreement": 3e-7,
+        "cpu_time_ratios": {k: 1.0 for k in bench.TARGETS},
+        "details": {},
+        "absolute": None,
+        "bench_seconds": 100.0,
+    }
+
+
+def test_text_report_lists_every_target():
+    report = bench_cli.text_report(_fake_result())
+    for name in bench.TARGETS:
+        assert name in report
+    assert "sharding_speedup" in report and "peak_memory_mb" in report
+
+
+@pytest.mark.slow
+def test_bench_quick_json(capsys):
+    from sims.cli import main
+
+    assert main(["bench", "--quick", "--json", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    for key in (
+        *bench.TARGETS,
+        "sharding_speedup",
+        "peak_memory_mb",
+        "compile_seconds",
+        "flow_compile_seconds",
+    ):
+        assert key in result
+    assert result["flow_agree"]

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from sims.check import rk4
 from sims.flow import reduced_flow
 from theory import reduced_loss
 
@@ -12,37 +13,6 @@ RK4_TOLERANCE = 1e-6  # diffrax (rtol 1e-10) vs numpy RK4 at dt = 0.05: both far
 # One save grid and batch size for the file: one compilation per (stride, heads, loss).
 N_SAVE = 101
 BATCH = 8
-
-
-def numpy_gradient(logits, gain, chunks):
-    """Hand-derived dL/da of the mse reduced loss (no autodiff), logits (H, s), gain (H,)."""
-    heads, stride = logits.shape
-    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
-    weights /= weights.sum(axis=1, keepdims=True)
-    margin = gain[:, None] * weights
-    sigma = 1.0 / (1.0 + (chunks - 1.0) * np.exp(-margin))
-    pbar = sigma.mean(axis=0)
-    scale = chunks / (chunks - 1.0) / stride
-    d_weights = (
-        scale * 2.0 * (1.0 - pbar)[None, :] * (-1.0 / heads) * sigma * (1 - sigma) * gain[:, None]
-    )
-    return weights * (d_weights - np.sum(weights * d_weights, axis=1, keepdims=True))
-
-
-def rk4(logits, gain, chunks, ts, dt):
-    out, y, t = [logits.copy()], logits.copy(), ts[0]
-    for t_next in ts[1:]:
-        steps = int(round((t_next - t) / dt))
-        h = (t_next - t) / steps
-        for _ in range(steps):
-            k1 = -numpy_gradient(y, gain, chunks)
-            k2 = -numpy_gradient(y + 0.5 * h * k1, gain, chunks)
-            k3 = -numpy_gradient(y + 0.5 * h * k2, gain, chunks)
-            k4 = -numpy_gradient(y + h * k3, gain, chunks)
-            y = y + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        t = t_next
-        out.append(y.copy())
-    return np.stack(out)
 
 
 @pytest.mark.parametrize("heads", [1, 2])

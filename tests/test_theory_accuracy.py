@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sims.check import monte_carlo_accuracy
 from theory import (
     delta_max,
     phase_accuracy,
@@ -14,21 +15,6 @@ from theory import (
 
 MC_ATOL = 0.02  # two points per phase (Monte Carlo standard error <= 0.0056 at 8000 samples)
 SAMPLES = 8000
-
-
-def monte_carlo_accuracy(weights, chunks, dim, samples, seed):
-    """Draw keys x[c, j] ~ N(0, I/d), query each phase's needle, argmax over compressed keys."""
-    rng = np.random.default_rng(seed)
-    stride = weights.shape[0]
-    wins = np.zeros(stride)
-    batch = 500
-    for _ in range(samples // batch):
-        keys = rng.standard_normal((batch, chunks, stride, dim), dtype=np.float32) / np.sqrt(dim)
-        compressed = np.einsum("j,bcjd->bcd", weights.astype(np.float32), keys)
-        queries = keys[:, 0]  # needle chunk c* = 0 (chunks are exchangeable), every phase
-        logits = np.einsum("bpd,bcd->bpc", queries, compressed)
-        wins += np.sum(np.argmax(logits, axis=-1) == 0, axis=0)
-    return wins / (samples // batch * batch)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ import jax
 import numpy as np
 import pytest
 
+from sims.check import fitted_rates, log_weights_centred
 from sims.flow import reduced_flow
 from theory import critical_chunks, critical_gain, growth_rate, growth_rates, specialization_time
 
@@ -11,21 +12,6 @@ GROWTH_RTOL = 1e-3  # early exponential phase vs closed form
 TIME_RTOL = 0.10  # time to specialise: prediction vs ODE
 N_SAVE = 101
 BATCH = 8
-
-
-def log_weights_centred(weights):
-    logs = np.log(np.asarray(weights))
-    return logs - logs.mean(axis=-1, keepdims=True)
-
-
-def fitted_rates(hist, i0, i1):
-    """Exponential rates of the common and differential parts of P a between two saves."""
-    centred = log_weights_centred(hist.pooling_weights)  # (B, T, H, s)
-    common = centred.mean(axis=2, keepdims=True)
-    parts = (common, centred - common)
-    dt = float(hist.times[0, i1] - hist.times[0, i0])
-    norms = [np.linalg.norm(p, axis=(-2, -1)) for p in parts]
-    return [np.log(n[:, i1] / n[:, i0]) / dt if np.all(n > 0) else None for n in norms]
 
 
 def test_closed_form_numbers_in_theory():

@@ -10,6 +10,7 @@ evaluation on a fixed held-out set, stops on a non-finite loss, and reports prog
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import time
@@ -158,6 +159,12 @@ def held_out_gram(config: TrainConfig) -> Batch:
     )
 
 
+@functools.lru_cache(maxsize=2)
+def _shared_held_out(config: TrainConfig) -> Batch:
+    """`held_out_gram`, drawn once per process: a batch of runs costs as much to draw it as 64 steps."""
+    return held_out_gram(config)
+
+
 def evaluate(
     config: TrainConfig, model: RetrievalModel, held_out: Batch | None = None
 ) -> tuple[Array, Array]:
@@ -244,7 +251,7 @@ def run_batch(
     records a diverged run's non-finite loss rather than losing its batch).
     """
     config = config.static
-    held_out = held_out_gram(config) if config.model.uses_gram else None
+    held_out = _shared_held_out(config) if config.model.uses_gram else None
     runs, unsharded = hyper.seed.shape[0], hyper
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "compare",
         help="compare compression operators or mitigations: delta_max, psc, mean accuracy",
         description="Train each operator (or mitigation) with the same steps, batch and lr over "
-        "seeds; print delta_max, psc and mean accuracy with 95%% intervals.",
+        "seeds; print delta_max, psc and mean accuracy with 95% intervals.",
     )
     common.add_train_flags(parser)
     parser.add_argument(

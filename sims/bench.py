@@ -78,10 +78,10 @@ class BenchSettings:
 
 FULL = BenchSettings()
 QUICK = BenchSettings(
-    steps=100,
-    repeats=3,
-    naive_steps=2,
-    scipy_problems=24,
+    steps=50,  # one evaluation block: the fixed cost of a batch (its first evaluation) weighs more
+    repeats=4,
+    naive_steps=1,
+    scipy_problems=16,
     flow_api=False,
     shard_steps=50,
     shard_repeats=2,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from . import common
 
@@ -26,11 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from sims import bench  # jax and the baselines load only when this verb runs
 
     settings = bench.QUICK if args.quick else bench.FULL
-    log = (
-        (lambda msg: print(f"bench: {msg}", file=sys.stderr, flush=True))
-        if common.progress_enabled(args)
-        else (lambda _: None)
-    )
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        if common.progress_enabled(args):
+            elapsed = time.perf_counter() - start
+            print(f"bench [{elapsed:5.1f}s]: {message}", file=sys.stderr, flush=True)
+
     result = bench.run(settings, log)
     if args.json:
         common.print_json(result)

@@ -55,7 +55,7 @@ def text_report(result: dict) -> str:
         for name, t in result["targets"].items()
     ]
     lines = [
-        f"weakspots bench ({result['platform']}; ratios of medians over interleaved repeats)",
+        f"weakspots bench ({result['platform']}; medians of paired ratios over interleaved rounds)",
         common.table(["metric", "value", "target", "met"], rows),
         "",
     ]

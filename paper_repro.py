@@ -8,6 +8,13 @@ result store under OUT/store, so a rerun reuses them), `predict_<name>` (theory/
 report.csv in OUT: the agreement table (plus `sims.check.agreement_rows` when that module
 exists), each figure with two lines on what it shows, and the run's provenance.
 Exit code 1 if any agreement row fails or a figure could not be made.
+
+Runtime measured on 2 CPU cores shared with other jobs (load average 6-7), cold (empty
+store and compilation cache): --quick 12.5 min wall, 8.3 min CPU (500 s user+sys), of
+which the 12 figures took 8 min and the `weakspots check` rows about 4 min; a rerun
+that reuses the store and the compilation cache takes 30 s. --full was not measured
+(no GPU was available); it trains the real-key operators and RoPE at 8 seeds and is
+expected to take hours on 2 CPU cores.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ def parse(argv=None) -> argparse.Namespace:
         dest="size",
         action="store_const",
         const="quick",
-        help="small seeds and samples, same physics (default; < 5 min on 2 CPU cores)",
+        help="fewer seeds, samples and configs, same physics (default)",
     )
     size.add_argument(
         "--full",

@@ -13,8 +13,9 @@ Conventions shared by every figure: canonical physics (stride 8, 64 chunks, d = 
 order parameter delta = |log alpha - mean log alpha| (theory.specialization_order); a phase
 is covered when its pooling weight exceeds 1/(2s) (idealized.metrics.support_size).
 
-Adapters for APIs `theory/` does not have yet (say so in the figure): the learned-gain
-equilibrium of THEORY 6.6 at uniform pooling (`equilibrium_gain`).
+Adapters for predictions `theory/` does not have yet (THEORY 6.6, learned gain): the
+gain's equilibrium under weight decay at uniform pooling (`equilibrium_gain`) and the
+linear-regime race between gain growth and the instability (`race_growth`).
 """
 
 from __future__ import annotations

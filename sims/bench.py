@@ -39,15 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 import idealized  # noqa: F401  (precision policy)
+from benchmarks import naive_trainer, rng_limit, scipy_flow
 from idealized.config import TrainConfig
 from sims import flow
 from sims import train as trainer
-
-try:
-    from benchmarks import naive_trainer, rng_limit, scipy_flow
-except ModuleNotFoundError:  # an install that does not map benchmarks/: it sits beside sims/
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks import naive_trainer, rng_limit, scipy_flow
 
 CANONICAL = TrainConfig()  # s=8, N=64, d=64, H=1, batch 256, softmax_pool, mse, SGD
 TARGETS = {

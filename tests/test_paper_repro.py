@@ -50,5 +50,5 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     bad = {"name": "x", "config": "", "predicted": 1.0, "ode": 2.0, "sgd": None,
            "rel_error": 1.0, "tolerance": 0.1, "pass": False}  # fmt: skip
     monkeypatch.setattr(repro, "check_rows", lambda size_name: [{"figure": "check", **bad}])
-    assert repro.main(argv) == 1
+    assert repro.main([*argv, "--check"]) == 1
     assert "**FAIL**" in (tmp_path / "REPORT.md").read_text()

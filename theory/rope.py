@@ -29,7 +29,9 @@ def rope_attenuation_at(relative, rope_dim, dim, rope_theta=ROPE_THETA, *, xp=np
     Returns the shape of `relative`.
     """
     rel = xp.asarray(relative, xp.float64)
-    rotary = xp.sum(xp.cos(rel[..., None] * rope_frequencies(rope_dim, rope_theta, xp=xp)), axis=-1)
+    freqs = rope_frequencies(rope_dim, rope_theta, xp=xp)
+    freqs = freqs.reshape((1,) * rel.ndim + freqs.shape)  # explicit: jax raises on rank promotion
+    rotary = xp.sum(xp.cos(rel[..., None] * freqs), axis=-1)
     return (dim - rope_dim) / dim + 2.0 * rotary / dim
 
 

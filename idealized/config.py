@@ -155,8 +155,10 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class TrainConfig(ModelConfig):
     """Everything one training run needs, flat, named as the command-line flags.
+
+    The model's fields (inherited from `ModelConfig`) come first, then training's.
 
     Defaults are the canonical config (stride 8, 64 chunks, d = 64, 1 head, fixed
     gain 16, `softmax_pool`, `mse`, SGD with learning rate 2, batch 256).
@@ -165,21 +167,6 @@ class TrainConfig:
     `eval_samples` needles per phase (drawn from `eval_seed`, shared by all runs).
     """
 
-    stride: int = 8
-    chunks: int = 64
-    dim: int = 64
-    heads: int = 1
-    operator: str = "softmax_pool"
-    loss: str = "mse"
-    learn_gain: bool = False
-    learn_projections: bool = False
-    rank: int = 4
-    rope_dim: int = 0
-    rope_anchor: bool = False
-    phase_entropy: float = 0.0
-    stagger: bool = False
-    overlap: bool = False
-    offset_ensemble: int = 1
     optimizer: str = "sgd"
     steps: int = 600
     batch: int = 256
@@ -193,7 +180,7 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _ = self.model  # constructing it validates the model fields
+        super().__post_init__()
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _int_at_least("steps", self.steps, 1)
         _int_at_least("batch", self.batch, 1)
@@ -208,6 +195,7 @@ class TrainConfig:
 
     @property
     def model(self) -> ModelConfig:
+        """The model's structure alone (a plain `ModelConfig`, free of training fields)."""
         names = {f.name for f in dataclasses.fields(ModelConfig)}
         return ModelConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in names})
 

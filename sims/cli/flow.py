@@ -43,18 +43,7 @@ def register(subparsers) -> None:
 
 def validate(args: argparse.Namespace) -> TrainConfig:
     """The config the flags name (ConfigError/UsageError naming the flag)."""
-    config = TrainConfig(
-        stride=args.stride,
-        chunks=args.chunks,
-        dim=args.dim,
-        heads=args.heads,
-        gain=args.gain,
-        loss=args.loss,
-        learn_gain=args.learn_gain,
-        init_scale=args.init_scale,
-        weight_decay=args.weight_decay,
-        seed=args.seed,
-    )
+    config = common.train_config(args)
     if not (math.isfinite(args.t1) and args.t1 > 0):
         raise common.UsageError(f"--t1: must be a finite number > 0, got {args.t1}")
     if args.saves < 2:

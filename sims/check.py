@@ -435,15 +435,33 @@ def ce_rows(quick):
     ]
 
 
-def reentry_rows(quick):
-    cases = [(16.0, 2), (16.0, 1), (24.0, 3), (16.0, 3), (16.0, 4), (24.0, 5), (9.0, 1), (30.0, 4)]
-    logits0 = np.full((BATCH, 1, STRIDE), -40.0)
+REENTRY_CASES = [
+    (16.0, 2),
+    (16.0, 1),
+    (24.0, 3),
+    (16.0, 3),
+    (16.0, 4),
+    (24.0, 5),
+    (9.0, 1),
+    (30.0, 4),
+]
+
+
+def reentry_slopes(cases=REENTRY_CASES, dropped_weight=1e-4):
+    """The re-entry law on the reduced flow: predicted and measured rates kappa, `(len(cases),)` each.
+
+    Each case (gain, k) starts from k equal phases plus phase k at weight `dropped_weight`;
+    to leading order 1/alpha_k moves linearly at rate -kappa (theory.reentry_rate): re-entry
+    for kappa > 0, 1/t decay for kappa < 0. The measured kappa is minus the slope of
+    1/alpha_k over the first tenth of the run.
+    """
+    logits0 = np.full((len(cases), 1, STRIDE), -40.0)
     for i, (_, k) in enumerate(cases):
         logits0[i, 0, :k] = 0.0
-        logits0[i, 0, k] = np.log(1e-4 * k)  # weight 1e-4 on phase k
+        logits0[i, 0, k] = np.log(dropped_weight * k)
     gains = np.array([g for g, _ in cases])
     kappa = np.array([theory.reentry_rate(STRIDE, CHUNKS, g, k) for g, k in cases])
-    t_end = 0.2 / np.max(np.abs(kappa) * 1e-4)
+    t_end = 0.2 / np.max(np.abs(kappa) * dropped_weight)
     hist = _reduced(
         stride=STRIDE,
         chunks=float(CHUNKS),
@@ -454,17 +472,25 @@ def reentry_rows(quick):
         atol=1e-12,
     )
     inverse = 1.0 / np.asarray(hist.pooling_weights[:, :, 0, :])
+    times = np.asarray(hist.times)
+    measured = np.array(
+        [-(inverse[i, 10, k] - inverse[i, 0, k]) / times[i, 10] for i, (_, k) in enumerate(cases)]
+    )
+    return kappa, measured
+
+
+def reentry_rows(quick):
+    kappa, measured = reentry_slopes()
     rows = []
     for i in (0, 3):  # kappa > 0 (re-enters) and kappa < 0 (decays as 1/t)
-        gain, k = cases[i]
-        slope = (inverse[i, 10, k] - inverse[i, 0, k]) / float(hist.times[i, 10])
+        gain, k = REENTRY_CASES[i]
         rows.append(
             agreement_row(
                 "re-entry rate kappa of a dropped phase (time 1/(kappa alpha))",
                 f"s=8 N=64 gain={gain:g} k={k}, dropped weight 1e-4; "
                 f"re-entry time {float(theory.reentry_time(STRIDE, CHUNKS, gain, k, 1e-4)):.4g}",
                 kappa[i],
-                ode=-slope,
+                ode=measured[i],
                 tolerance=REENTRY_RTOL,
             )
         )

@@ -1,0 +1,55 @@
+"""Experiment drivers for the paper's theory figures: one `run_<name>` and `predict_<name>` each.
+
+`run_<name>(size, store_dir)` returns what the simulations measured (SGD on the finite-d
+model, the reduced flow of THEORY 5, Monte Carlo), `predict_<name>(size, results)` what
+`theory/` says about the same quantities, and `rows_<name>(results, predictions)` the
+agreement rows (the `weakspots check` format: name, config, predicted, ode, sgd,
+rel_error, tolerance, pass). Everything returned is plain JSON-able data (lists, floats,
+strings), so `figures/` only reads it and the result store (`sims.store`) keeps it:
+`cached(...)` reuses a stored result whose figure, size and driver version match.
+
+Conventions shared by every figure: canonical physics (stride 8, 64 chunks, d = 64, gain
+16, SGD lr 2, batch 256, 600 steps, so gradient-flow time t = lr x steps = 1200); the
+order parameter delta = |log alpha - mean log alpha| (theory.specialization_order); a phase
+is covered when its pooling weight exceeds 1/(2s) (idealized.metrics.support_size).
+
+One module per figure (`sims.experiments.<name>`); the plumbing they share is in
+`_common`. Adapters for predictions `theory/` does not have yet (THEORY 6.6, learned gain): the
+gain's equilibrium under weight decay at uniform pooling (`equilibrium_gain`) and the
+linear-regime race between gain growth and the instability (`race_growth`).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from sims.experiments._common import FIGURES, SIZES, VERSIONS, Size, cached, plain, row
+
+__all__ = [
+    "FIGURES",
+    "SIZES",
+    "VERSIONS",
+    "Size",
+    "agreement_rows",
+    "cached",
+    "experiment",
+    "plain",
+    "row",
+]
+
+
+def experiment(name: str):
+    """(run, predict, rows) of figure `name`, from its module `sims.experiments.<name>`."""
+    if name not in FIGURES:
+        raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
+    module = importlib.import_module(f"sims.experiments.{name}")
+    return (
+        getattr(module, f"run_{name}"),
+        getattr(module, f"predict_{name}"),
+        getattr(module, f"rows_{name}"),
+    )
+
+
+def agreement_rows(name: str, results: dict, predictions: dict) -> list[dict]:
+    """The agreement rows of one figure's runs (the `weakspots check` row format)."""
+    return experiment(name)[2](results, predictions)

@@ -1,0 +1,117 @@
+"""Figure 11, finite-d accuracy: simulations (`run`), theory (`predict`), agreement rows (`rows`)."""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import theory
+from idealized.compression import LinearPool
+from idealized.config import TrainConfig
+from idealized.model import init_model
+from sims.experiments._common import GAIN, STRIDE, Size, cached, correct_at_phase, row
+from sims.train import DTYPE
+
+
+def finite_d_cases() -> list[dict]:
+    """Pooling weights whose accuracy figure 11 checks: uniform (N = 12, 64) and the 3-phase state."""
+    three = theory.support_weights(STRIDE, 3)
+    three = np.where(three > 0, three, 1e-3)
+    return [
+        {
+            "label": "uniform, N=12",
+            "chunks": 12,
+            "weights": np.full(STRIDE, 1 / STRIDE),
+            "phase": 0,
+        },
+        {
+            "label": "uniform, N=64",
+            "chunks": 64,
+            "weights": np.full(STRIDE, 1 / STRIDE),
+            "phase": 0,
+        },
+        {
+            "label": "3-phase state, covered",
+            "chunks": 64,
+            "weights": three / three.sum(),
+            "phase": 0,
+        },
+        {
+            "label": "3-phase state, dropped",
+            "chunks": 64,
+            "weights": three / three.sum(),
+            "phase": 7,
+        },
+    ]
+
+
+def monte_carlo_accuracy(weights, chunks, dim, phase, samples, seed=0) -> float:
+    """Fraction of needles retrieved by one head with fixed pooling `weights` (Monte Carlo)."""
+    config = TrainConfig(operator="linear", chunks=chunks, dim=dim).model
+    model = init_model(jax.random.key(0), config, GAIN, 0.0, DTYPE)
+    model = eqx.tree_at(
+        lambda m: m.compressor, model, LinearPool(jnp.asarray(weights, DTYPE)[None])
+    )
+    key = jax.random.fold_in(jax.random.key(seed), dim)
+    ok, _ = correct_at_phase(model, key, config, samples, jnp.asarray(phase))
+    return float(np.mean(np.asarray(ok)))
+
+
+def run_finite_d_accuracy(size: Size, store_dir=None) -> dict:
+    """Monte Carlo accuracy of fixed pooling weights at several d (inner-product sampler)."""
+
+    def compute():
+        out = []
+        for case in finite_d_cases():
+            acc = [
+                monte_carlo_accuracy(
+                    case["weights"], case["chunks"], d, case["phase"], size.mc_samples
+                )
+                for d in size.dims
+            ]
+            out.append({**case, "dims": list(size.dims), "accuracy": acc})
+        return {"cases": out, "samples": size.mc_samples}
+
+    return cached(store_dir, "run", "finite_d_accuracy", size, compute)
+
+
+def predict_finite_d_accuracy(size: Size, results: dict, store_dir=None) -> dict:
+    """Exact chi-conditioned formula (THEORY 6.12) and THEORY 7's Gaussian approximation."""
+    del size, store_dir
+    dims = np.unique(np.round(np.geomspace(8, 2048, 40)).astype(int))
+    out = []
+    for case in results["cases"]:
+        w, n, phi = np.asarray(case["weights"]), case["chunks"], case["phase"]
+        out.append(
+            {
+                "dims": dims,
+                "exact": [theory.phase_accuracy(w, GAIN, n, d)[phi] for d in dims],
+                "gaussian": [theory.phase_accuracy_gaussian(w, GAIN, n, d)[phi] for d in dims],
+                "at_runs": [theory.phase_accuracy(w, GAIN, n, d)[phi] for d in case["dims"]],
+            }
+        )
+    return {"cases": out}
+
+
+def rows_finite_d_accuracy(results: dict, predictions: dict) -> list[dict]:
+    """Tolerance: 3 Monte Carlo standard errors (plus 0.5 points), relative to the prediction."""
+    rows = []
+    n = results["samples"]
+    for case, pred in zip(results["cases"], predictions["cases"], strict=True):
+        for d, mc, p in zip(case["dims"], case["accuracy"], pred["at_runs"], strict=True):
+            se = math.sqrt(max(p * (1 - p), 1e-4) / n)
+            rows.append(
+                row(
+                    "finite-d accuracy (exact formula vs Monte Carlo)",
+                    f"{case['label']} d={d}",
+                    p,
+                    sgd=mc,
+                    tolerance=(3 * se + 0.005) / max(p, 0.05),
+                    floor=0.05,
+                )
+            )
+    return rows

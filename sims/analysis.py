@@ -188,7 +188,7 @@ def ablate(config: TrainConfig, model: RetrievalModel, samples: int | None = Non
     if weights is not None and config.operator in ("softmax_pool", "mean_pool", "linear"):
         variant = _variant(config, model)
         args = (weights, gain, config.chunks, config.dim)
-        out["predicted_phase_accuracy"] = theory.phase_accuracy(*args, **variant).tolist()
+        out["predicted_phase_accuracy"] = theory.readout_accuracy(*args, **variant).tolist()
         out["predicted_effect"] = theory.ablation_effect(*args, **variant).tolist()
         out["predicted_activation_patch"] = theory.activation_patch_effect(
             *args, **variant
@@ -268,7 +268,7 @@ def predicted_phase_accuracy(config: TrainConfig) -> np.ndarray:
         rope=rope,
         entropy_weight=config.phase_entropy,
     )
-    return theory.phase_accuracy(
+    return theory.readout_accuracy(
         weights,
         config.gain,
         config.chunks,

@@ -6,7 +6,7 @@ import numpy as np
 
 from idealized.metrics import wilson_interval
 from sims.cli import main
-from theory.interventions import phase_accuracy
+from theory.interventions import readout_accuracy
 
 TINY = ["--stride", "4", "--chunks", "16", "--dim", "32", "--steps", "40", "--eval-every", "20"]
 
@@ -28,7 +28,7 @@ def test_compare_mean_pool_is_phase_blind(capsys):
     flags = [*TINY, "--eval-samples", "512", "--seeds", "2", "--json", "--quiet"]
     assert main(["compare", "--operators", "mean_pool", *flags]) == 0
     row = json.loads(capsys.readouterr().out)["operators"]["mean_pool"]
-    predicted = phase_accuracy(np.full((1, 4), 0.25), 16.0, 16, 32)
+    predicted = readout_accuracy(np.full((1, 4), 0.25), 16.0, 16, 32)
     low, high = wilson_interval(predicted, 2 * 512).T
     acc = np.asarray(row["phase_accuracy"])
     assert np.all((acc > low - 0.02) & (acc < high + 0.02))

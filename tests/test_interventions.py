@@ -39,7 +39,7 @@ def test_single_head_accuracy_formula_matches_simulation():
         np.array([[0.3, 0.3, 0.3, 0.02, 0.02, 0.02, 0.02, 0.02]]),
     ):
         report = ablate(config, _model(config, weights), SAMPLES)
-        predicted = theory.phase_accuracy(weights, config.gain, config.chunks, config.dim)
+        predicted = theory.readout_accuracy(weights, config.gain, config.chunks, config.dim)
         np.testing.assert_allclose(report["phase_accuracy"], predicted, atol=TOL)
 
 

@@ -41,7 +41,7 @@ def test_offset_ensemble_covers_every_phase_as_predicted():
     from sims.train import evaluate
 
     acc, _ = evaluate(config, model)
-    predicted = theory.phase_accuracy(weights, config.gain, config.chunks, config.dim, ensemble=8)
+    predicted = theory.readout_accuracy(weights, config.gain, config.chunks, config.dim, ensemble=8)
     np.testing.assert_allclose(np.asarray(acc), predicted, atol=0.1)
     plain, _ = evaluate(
         config.replace(offset_ensemble=1), dataclasses.replace(model, offset_ensemble=1)

@@ -1,75 +1,246 @@
 """Predictions for interventions, RoPE anchoring and mitigations, from the pooling weights.
 
-Finite-d accuracy of one head (THEORY 7, made exact by conditioning on |q|^2, THEORY 6.12).
-Given r = |q|^2 (r ~ chi^2_d / d) the logits are independent Gaussians: the needle's is
-N(beta r kappa alpha[phi], beta^2 r (|alpha|^2 - alpha[phi]^2) / d) and each of the N-1
-distractors' is N(0, beta^2 r |alpha|^2 / d), so
+Finite-d accuracy of the head-averaged readout (derivation; THEORY 3, 6.12, 7). Condition on
+rho = sqrt(d) |q| ~ chi_d. Given q, every key other than the needle is an independent
+N(0, I/d) vector, so its product with q is rho/d times a standard normal u_t; the needle
+token's own product is rho^2/d. Head h's logit of an entry is b_h w_h . u with
+b_h = beta_h rho / d, w_h its pooling weights over the entry's tokens and u_needle = rho
+(times kappa, the RoPE-anchoring attenuation, theory.rope.rope_attenuation_at). So, given
+rho, the needle class's logits (one entry per head, two with overlapping windows) are
+Gaussian in the s - 1 other tokens of its chunk (shared by all heads: the heads' noises are
+correlated through alpha_h . alpha_h'), and each distractor class's logit vector
+y = (b_h w_h . u)_h is an independent draw of an H-dim Gaussian with covariance
+b_h b_h' alpha_h . alpha_h'. The readout is
 
-    acc[phi] = E_r E_needle [ Phi(needle / sd_distractor)^(N-1) ],
+    Pbar[c] = (1/H) sum_h e^{z_h[c]} / Z_h,   Z_h = needle mass + sum_{distractors} e^{y_h}.
 
-a 2-D quadrature over rho = sqrt(r d) ~ chi_d and the needle's noise, shared with
-theory.accuracy (needle_accuracy). `kappa` is the RoPE-anchoring attenuation of the
-needle's own product (1 without RoPE; theory.rope.rope_attenuation_at).
+Approximation (the only one): Z_h's distractor part is replaced by its mean
+n e^{b_h^2 |alpha_h|^2 / 2} (n = N - 1 distractors; N - 2 with overlap, the alias entry being
+merged into the needle). Its relative spread is sqrt((e^{b^2|alpha|^2} - 1) / n), about 0.15
+at the canonical config (b |alpha| ~ 0.9); it cancels for one head (the argmax does not see
+Z), so there the formula is exact. With Z_h fixed the distractors are i.i.d. given the needle:
 
-Several heads ("best head" rule). The head average Pbar is dominated by the sharpest head:
-a head that retrieves the needle puts mass ~ sigma_N(beta alpha) on it, while a head that
-does not spreads its mass over distractors; so acc[phi] ~ max_h acc_h[phi]. Exact for one
-head, an approximation for several (checked against simulation in tests/test_interventions.py).
-Ablating head h removes it from the max; zeroing alpha_h[phi] (or setting it to 1/s)
-changes head h's accuracy at phi; restoring head h's clean compressed key into a context
-whose needle was replaced by noise gives back acc_h[phi] (other heads see no needle).
+    acc[phi] = E_{rho, needle noise} [ G(t)^n ],   t = sum_h P_h(needle) Z_h-weighted mass,
+    G(t) = P( sum_h e^{y_h} / Z_h < t ).
 
-Chunking variants act on the phase each head sees: with boundaries shifted by `o` tokens
-a needle at phase phi sits at head phase (phi - o) mod s (staggered heads, offset
-ensembles); overlapping windows hold it in two entries (own-chunk slot s + hp,
-previous-chunk slot hp), and the better of the two retrieves it.
+G is computed by conditioning on the distractor's component x along the all-ones token
+direction v: y_h = b_h w_h . u_perp + k_h x with k_h = b_h sum(w_h)/sqrt(T) > 0, so
+sum_h C_h e^{k_h x} is increasing in x and G(t) = E_{u_perp} Phi(x*(t)) (one root per
+sample; closed form when the k_h are equal, Newton otherwise). The remaining expectations
+(rho at quantile midpoints of chi_d, the needle noise and u_perp by scrambled Sobol points
+with fixed seeds, so the prediction is deterministic) carry a quadrature error of about
+0.005 (checked against the exact single-head quadrature, theory.accuracy.needle_accuracy).
+
+Chunking variants enter through the entry layout: with boundaries shifted by o_h tokens a
+needle at phase phi sits at head phase (phi - o_h) mod s (staggered heads; an offset
+ensemble of K chunkings is K H virtual heads); overlapping windows hold it in two entries
+(own-chunk slot s + hp, and previous-chunk slot hp of the next entry), whose logits the
+readout merges (logaddexp). Distractor classes are treated as independent of each other
+(with overlap or staggering neighbouring entries share tokens; that correlation is ignored),
+and RoPE rotations are taken not to change the distractors' joint law.
+
+Interventions: ablating head h drops it from the average (the readout over the other
+heads; chance 1/N when none is left); pooling patches change alpha_h[slot] (no
+renormalising); activation patching restores head h's clean needle logit into a context
+whose needle token was replaced by a fresh key (the other heads see that key instead).
+
+The best-head rule (best_head_accuracy: acc ~ max_h acc_h) is kept as the comparison it
+was: it ignores that the average divides a covering head's mass by H while every head adds
+distractor noise, and that several weak heads (or two aliased entries) add their votes.
 """
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from scipy.special import logsumexp, ndtr, ndtri
+from scipy.stats import chi, qmc
 
 from .accuracy import needle_accuracy
-from .mitigations import entropy_critical_weight
 from .reduced import retrieval_probability
-from .rope import ROPE_THETA, rope_attenuation_at
+from .rope import rope_attenuation_at
+
+DRAWS = (
+    128,
+    2048,
+    8,
+)  # needle-noise points, distractor points, rho nodes (quadrature error ~0.005)
 
 
-def rope_phase_scale(relative, dim, rope_dim, theta=ROPE_THETA):
-    """kappa(rel) under RoPE anchoring: theory.rope.rope_attenuation_at(relative, rope_dim, dim).
+@functools.lru_cache(maxsize=64)
+def _normal_points(count, dims, seed):
+    points = qmc.Sobol(dims, scramble=True, seed=seed).random(count)
+    z = ndtri(np.clip(points, 1e-12, 1.0 - 1e-12))
+    z.flags.writeable = False
+    return z
 
-    Kept for callers of this argument order (relative, dim, rope_dim).
+
+@functools.lru_cache(maxsize=16)
+def _rho_nodes(dim, nodes):
+    rho = chi.ppf((np.arange(nodes) + 0.5) / nodes, dim)
+    rho.flags.writeable = False
+    return rho
+
+
+def _entry_starts(phase, stride, offsets, overlap):
+    # First token of each head's entry holding the needle, relative to the needle's chunk:
+    # a chunking shifted by o starts its entries at c s + o, and the needle at phase < o
+    # belongs to the entry that started one chunk earlier (idealized.model.align_to_needle).
+    offsets = np.asarray(offsets, int)
+    own = offsets - np.where(phase < offsets, stride, 0)
+    return own - stride if overlap else own
+
+
+def _readout_accuracy_at(
+    phase, weights, gains, chunks, dim, offsets, overlap, rope_dim, sees, draws
+):
+    heads, slots = weights.shape
+    if heads == 0:
+        return 1.0 / chunks
+    stride = slots // 2 if overlap else slots
+    if heads == 1 and not overlap and sees[0]:  # one head: Z drops out, the exact quadrature
+        kappa = (
+            rope_attenuation_at((phase - offsets[0]) % stride, rope_dim, dim) if rope_dim else 1.0
+        )
+        slot = (phase - offsets[0]) % stride
+        return float(needle_accuracy(weights[0, slot], np.sum(weights[0] ** 2), chunks, dim, kappa))
+    starts = _entry_starts(phase, stride, offsets, overlap)
+    distractors = chunks - 2 if overlap else chunks - 1
+    # Needle entries: each head's own entry, and with overlap the next (alias) entry.
+    entry_start = np.concatenate([starts, starts + stride]) if overlap else starts
+    entry_head = np.tile(np.arange(heads), 2 if overlap else 1)
+    lo = entry_start.min()
+    needle_rows = np.zeros((entry_start.size, entry_start.max() + slots - lo))
+    for e, (first, h) in enumerate(zip(entry_start, entry_head, strict=True)):
+        needle_rows[e, first - lo : first - lo + slots] = weights[h]
+    column = phase - lo
+    needle_weight = needle_rows[:, column].copy()
+    needle_rows[:, column] = 0.0
+    kappa = np.ones(entry_start.size)
+    if rope_dim:
+        head_phase = (phase - np.asarray(offsets, int)[entry_head]) % stride
+        own = phase - entry_start >= stride if overlap else np.ones(entry_start.size, bool)
+        kappa = rope_attenuation_at(np.where(own, head_phase, head_phase - stride), rope_dim, dim)
+    first = starts.min()
+    distractor_rows = np.zeros((heads, starts.max() + slots - first))
+    for h in range(heads):
+        distractor_rows[h, starts[h] - first : starts[h] - first + slots] = weights[h]
+
+    n_needle, n_distractor, n_rho = draws
+    u_needle = _normal_points(n_needle, needle_rows.shape[1], 1)  # needle column: a fresh key
+    u_distractor = _normal_points(n_distractor, distractor_rows.shape[1], 2)
+    direction = np.full(distractor_rows.shape[1], 1.0 / math.sqrt(distractor_rows.shape[1]))
+    u_perp = u_distractor - np.outer(u_distractor @ direction, direction)
+    noise_needle = u_needle @ needle_rows.T  # (K, E)
+    noise_distractor = u_perp @ distractor_rows.T  # (M, H)
+    norm2 = np.sum(weights**2, axis=1)
+    slope_per_b = distractor_rows @ direction
+    acc = 0.0
+    for rho in _rho_nodes(float(dim), n_rho):
+        b = gains * rho / dim
+        value = np.where(sees[entry_head][None], (rho * kappa)[None], u_needle[:, column][:, None])
+        z = b[entry_head] * (noise_needle + needle_weight * value)  # (K, E)
+        log_top = np.logaddexp(z[:, :heads], z[:, heads:]) if overlap else z
+        log_z = np.logaddexp(log_top, math.log(distractors) + 0.5 * b**2 * norm2)  # (K, H)
+        log_t = logsumexp(log_top - log_z, axis=1)  # (K,)
+        log_c = b * noise_distractor  # (M, H)
+        k = b * slope_per_b
+        if np.ptp(k) <= 1e-6 * k.max():  # equal gains and weight sums (float32 weights: ~1e-7)
+            # sum_h C_mh / Z_kh is a matrix product; the distractor mass is e^{k x} times it.
+            shift = log_c.max()
+            mass = np.exp(-log_z) @ np.exp(log_c - shift).T  # (K, M)
+            x = (log_t[:, None] - shift - np.log(mass)) / k.mean()
+        else:
+            a = log_c[None] - log_z[:, None]  # (K, M, H)
+            x = (log_t[:, None] - logsumexp(a, axis=2)) / k.mean()
+            for _ in range(40):  # Newton on a convex increasing function: monotone after step 1
+                e = a + k * x[..., None]
+                lse = logsumexp(e, axis=2)
+                x = x - (lse - log_t[:, None]) / np.sum(np.exp(e - lse[..., None]) * k, axis=2)
+        log_g = np.log(np.mean(ndtr(x), axis=1))  # (K,)
+        acc += float(np.mean(np.exp(distractors * log_g)))
+    return acc / n_rho
+
+
+def readout_accuracy(
+    pooling_weights,
+    gain,
+    chunks,
+    dim,
+    offsets=None,
+    overlap=False,
+    rope_dim=0,
+    ensemble=1,
+    keep=None,
+    sees_needle=None,
+    phases=None,
+    draws=DRAWS,
+):
+    """Per-phase accuracy `(s,)` of the head-averaged readout argmax_c mean_h P_h[c].
+
+    pooling_weights (H, S) with S = s, or 2s with `overlap` ([previous | own] slots); gain
+    scalar or (H,); chunks N; dim d; offsets (H,) per-head chunk shifts in tokens; rope_dim
+    RoPE-anchored channels (0: none); ensemble K: the readout averages K chunkings shifted
+    by k s // K (K H virtual heads); keep (H,) bool: the heads left in the average (default
+    all: ablation drops some); sees_needle (H,) bool: heads whose needle token is intact
+    (the others see a fresh key: activation patching); phases: which phases to compute
+    (default all; the others are nan). Semi-analytic (module docstring): exact but for the
+    mean partition function, quadrature error about 0.005.
     """
-    return rope_attenuation_at(relative, rope_dim, dim, theta)
+    w = np.asarray(pooling_weights, float)
+    heads, slots = w.shape
+    stride = slots // 2 if overlap else slots
+    gains = np.broadcast_to(np.asarray(gain, float), (heads,))
+    base = np.zeros(heads, int) if offsets is None else np.asarray(offsets, int)
+    keep = np.ones(heads, bool) if keep is None else np.asarray(keep, bool)
+    sees = np.ones(heads, bool) if sees_needle is None else np.asarray(sees_needle, bool)
+    shifts = np.arange(ensemble) * stride // ensemble
+    virtual_offsets = ((base[None] + shifts[:, None]) % stride)[:, keep].ravel()
+    virtual = np.tile(w[keep], (ensemble, 1))
+    virtual_gains = np.tile(gains[keep], ensemble)
+    virtual_sees = np.tile(sees[keep], ensemble)
+    out = np.full(stride, np.nan)
+    for phi in range(stride) if phases is None else phases:
+        out[phi] = _readout_accuracy_at(
+            phi,
+            virtual,
+            virtual_gains,
+            chunks,
+            dim,
+            virtual_offsets,
+            overlap,
+            rope_dim,
+            virtual_sees,
+            draws,
+        )
+    return out
 
 
-def slot_accuracy(needle_weight, weight_norm2, gain, chunks, dim, kappa=1.0):
-    """acc of one head for a needle in a slot of weight `needle_weight` (exact, module docstring).
+def slot_accuracy(needle_weight, weight_norm2, chunks, dim, kappa=1.0):
+    """acc of one head alone for a needle in a slot of weight `needle_weight` (THEORY 6.12).
 
-    needle_weight alpha[phi], weight_norm2 |alpha|^2 (same shape), gain beta (drops out of
-    the argmax), chunks N, dim d, kappa the needle-product attenuation.
-    theory.accuracy.needle_accuracy. Returns an array of the broadcast shape.
+    needle_weight alpha[phi], weight_norm2 |alpha|^2 (same shape), chunks N, dim d, kappa
+    the needle-product attenuation: theory.accuracy.needle_accuracy (exact 2-D quadrature).
     """
-    del gain
     return needle_accuracy(needle_weight, weight_norm2, chunks, dim, kappa)
 
 
 def head_phase_accuracy(
     pooling_weights, gain, chunks, dim, offsets=None, overlap=False, rope_dim=0
 ):
-    """acc_h[phi]: each head's own accuracy at every phase, `(H, s)`.
+    """acc_h[phi]: each head's own accuracy at every phase, `(H, s)` (as if it read out alone).
 
     pooling_weights: (H, S) with S = s, or 2s with `overlap` ([previous | own] slots);
-    gain: scalar or (H,); offsets: per-head chunk shift in tokens (default 0); rope_dim:
-    RoPE-anchored rotary channels (0: none). A needle at phase phi sits at head phase
-    hp = (phi - o_h) mod s; with overlap it is retrieved by the better of its two slots.
+    gain: unused (one head's argmax does not see it); offsets: per-head chunk shift in
+    tokens (default 0); rope_dim: RoPE-anchored rotary channels (0: none). A needle at phase
+    phi sits at head phase hp = (phi - o_h) mod s; with overlap the better of its two slots.
     """
+    del gain
     w = np.asarray(pooling_weights, float)
     heads, slots = w.shape
     stride = slots // 2 if overlap else slots
-    gains = np.broadcast_to(np.asarray(gain, float), (heads,))
     offsets = np.zeros(heads, int) if offsets is None else np.asarray(offsets, int)
     phases = np.arange(stride)
     out = np.zeros((heads, stride))
@@ -79,20 +250,21 @@ def head_phase_accuracy(
         own = stride + hp if overlap else hp
         kappa = rope_attenuation_at(hp, rope_dim, dim) if rope_dim else 1.0
         competitors = chunks - 1 if overlap else chunks  # the alias entry is merged out
-        acc = slot_accuracy(w[h, own], norm2, gains[h], competitors, dim, kappa)
+        acc = slot_accuracy(w[h, own], norm2, competitors, dim, kappa)
         if overlap:
             kappa_prev = rope_attenuation_at(hp - stride, rope_dim, dim) if rope_dim else 1.0
-            prev = slot_accuracy(w[h, hp], norm2, gains[h], competitors, dim, kappa_prev)
+            prev = slot_accuracy(w[h, hp], norm2, competitors, dim, kappa_prev)
             acc = np.maximum(acc, prev)
         out[h] = acc
     return out
 
 
 def best_head_accuracy(pooling_weights, gain, chunks, dim, **variant):
-    """Predicted per-phase accuracy `(s,)` of the head average: the best-head rule.
+    """The best-head rule max_h acc_h[phi], `(s,)`: an approximation kept for comparison.
 
-    Same arguments as head_phase_accuracy; add `ensemble=K` to average the readout over K
-    chunkings shifted by k s // K (the best member of heads x chunkings retrieves).
+    Same arguments as head_phase_accuracy, plus `ensemble=K` (the best member of heads x
+    chunkings). It overestimates a covering head diluted by the average and underestimates
+    phases held weakly by several heads (module docstring); readout_accuracy replaces it.
     """
     ensemble = variant.pop("ensemble", 1)
     w = np.asarray(pooling_weights, float)
@@ -107,51 +279,56 @@ def best_head_accuracy(pooling_weights, gain, chunks, dim, **variant):
     return np.max(np.concatenate(rows, axis=0), axis=0)
 
 
-phase_accuracy = best_head_accuracy
-"""The best-head rule under this module's historical name (theory.phase_accuracy is one head's)."""
-
-
 def ablation_effect(pooling_weights, gain, chunks, dim, **variant):
     """Predicted accuracy drop `(H, s)` from dropping head h from the head average.
 
-    Best-head rule: acc without h is the max over the other heads (chance 1/N when none).
+    readout_accuracy with all heads minus readout_accuracy without head h (chance 1/N when
+    no head is left). `variant`: offsets, overlap, rope_dim, ensemble, draws.
     """
-    per_head = head_phase_accuracy(pooling_weights, gain, chunks, dim, **variant)
-    full = per_head.max(axis=0)
-    out = np.zeros_like(per_head)
-    for h in range(per_head.shape[0]):
-        rest = np.delete(per_head, h, axis=0)
-        without = rest.max(axis=0) if rest.shape[0] else np.full(full.shape, 1.0 / chunks)
-        out[h] = full - without
+    w = np.asarray(pooling_weights, float)
+    heads = w.shape[0]
+    full = readout_accuracy(w, gain, chunks, dim, **variant)
+    out = np.zeros((heads, full.shape[0]))
+    for h in range(heads):
+        keep = np.arange(heads) != h
+        out[h] = full - readout_accuracy(w, gain, chunks, dim, keep=keep, **variant)
     return out
 
 
-def pooling_patch_effect(pooling_weights, gain, chunks, dim, value):
-    """Predicted drop `(H, s)` at phase phi from setting alpha_h[phi] to `value` (no renormalising)."""
+def pooling_patch_effect(pooling_weights, gain, chunks, dim, value, draws=DRAWS):
+    """Predicted drop `(H, s)` at phase phi from setting alpha_h[phi] to `value` (no renormalising).
+
+    readout_accuracy of the intact weights minus that of the patched ones, at phase phi.
+    """
     w = np.asarray(pooling_weights, float)
     heads, stride = w.shape
-    per_head = head_phase_accuracy(w, gain, chunks, dim)
-    full = per_head.max(axis=0)
-    gains = np.broadcast_to(np.asarray(gain, float), (heads,))
+    full = readout_accuracy(w, gain, chunks, dim, draws=draws)
     out = np.zeros((heads, stride))
     for h in range(heads):
         for phi in range(stride):
-            patched = w[h].copy()
-            patched[phi] = value
-            acc_h = slot_accuracy(patched[phi], np.sum(patched**2), gains[h], chunks, dim)
-            others = np.delete(per_head[:, phi], h)
-            out[h, phi] = full[phi] - max(float(acc_h), *(others.tolist() or [0.0]))
+            patched = w.copy()
+            patched[h, phi] = value
+            acc = readout_accuracy(patched, gain, chunks, dim, phases=[phi], draws=draws)
+            out[h, phi] = full[phi] - acc[phi]
     return out
 
 
 def activation_patch_effect(pooling_weights, gain, chunks, dim, **variant):
-    """Predicted accuracy gained `(H, s)` by restoring head h's clean compressed keys into a
-    context whose needle token was replaced by noise: acc_h[phi] - 1/N (no other head sees it)."""
-    return head_phase_accuracy(pooling_weights, gain, chunks, dim, **variant) - 1.0 / chunks
+    """Predicted accuracy gained `(H, s)` by restoring head h's clean needle logit into a
+    context whose needle token was replaced by a fresh key (the other heads see that key).
 
-
-critical_phase_entropy = entropy_critical_weight
-"""REG_c = max(0, H s lambda), theory.mitigations.entropy_critical_weight (kept as an alias)."""
+    readout_accuracy with only head h seeing the needle, minus readout_accuracy with none.
+    """
+    w = np.asarray(pooling_weights, float)
+    heads = w.shape[0]
+    corrupted = readout_accuracy(w, gain, chunks, dim, sees_needle=np.zeros(heads, bool), **variant)
+    return np.stack(
+        [
+            readout_accuracy(w, gain, chunks, dim, sees_needle=np.arange(heads) == h, **variant)
+            - corrupted
+            for h in range(heads)
+        ]
+    )
 
 
 def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=False, kappa=None):

@@ -61,15 +61,15 @@ def run_rope_anchoring(size: Size, store_dir=None) -> dict:
 
 
 def predict_rope_anchoring(size: Size, results: dict, store_dir=None) -> dict:
-    """kappa(phi) attenuation (theory.interventions.rope_phase_scale) and the accuracy it implies;
+    """kappa(phi) attenuation (theory.rope_attenuation_at) and the accuracy it implies;
     for the trained case, the reduced flow of the anchored loss from the run's own start."""
     from sims.analysis import predicted_phase_accuracy
 
     def compute():
-        out = {"kappa": tint.rope_phase_scale(np.arange(STRIDE), DIM, ROPE_DIM), "cases": []}
+        out = {"kappa": theory.rope_attenuation_at(np.arange(STRIDE), ROPE_DIM, DIM), "cases": []}
         for case in results["cases"]:
             if case["name"].startswith("mean_pool"):
-                acc = tint.phase_accuracy(
+                acc = tint.readout_accuracy(
                     np.asarray(case["pooling_weights"]), GAIN, CHUNKS, DIM, rope_dim=ROPE_DIM
                 )
             else:

@@ -32,6 +32,11 @@ from .mitigations import offset_ensemble_accuracy as offset_ensemble_accuracy
 from .mitigations import overlap_coverage as overlap_coverage
 from .mitigations import stagger_offsets as stagger_offsets
 from .mitigations import staggered_coverage as staggered_coverage
+from .noise import accuracy_sensitivity as accuracy_sensitivity
+from .noise import logit_variance as logit_variance
+from .noise import noise_floor as noise_floor
+from .noise import stationary_covariance as stationary_covariance
+from .noise import uniform_moments as uniform_moments
 from .reduced import mean_needle_probability as mean_needle_probability
 from .reduced import reduced_loss as reduced_loss
 from .reduced import retrieval_probability as retrieval_probability

@@ -33,6 +33,7 @@ from .mitigations import overlap_coverage as overlap_coverage
 from .mitigations import stagger_offsets as stagger_offsets
 from .mitigations import staggered_coverage as staggered_coverage
 from .noise import accuracy_sensitivity as accuracy_sensitivity
+from .noise import delta_max_distribution as delta_max_distribution
 from .noise import logit_variance as logit_variance
 from .noise import noise_floor as noise_floor
 from .noise import stationary_covariance as stationary_covariance

@@ -181,6 +181,7 @@ def noise_floor(
     init_scale=0.01,
     seeds=1,
     moments=None,
+    level=0.9,
     draws=DRAWS,
     seed=0,
 ):
@@ -189,12 +190,13 @@ def noise_floor(
     The canonical trainer's config (one head, fixed gain, SGD lr, batch, steps, held-out
     eval_samples per phase, init_scale). moments: (kappa, c) if already known, else
     uniform_moments at this dim. seeds: runs averaged (they share the held-out set, so its
-    error is drawn once per average). Module docstring for the derivation; the range's
-    distribution is Monte Carlo over `draws` Gaussian draws from `seed`.
+    error is drawn once per average). level: probability of the central intervals returned.
+    Module docstring for the derivation; the range's distribution is Monte Carlo over
+    `draws` Gaussian draws from `seed`.
     Returns a dict: kappa, c, relaxation_steps, logit_var, weight_std (per phase),
-    accuracy, sensitivity, pooling_sd and eval_sd (per-phase accuracy), delta_max_mean,
-    delta_max_sd, delta_max_q05 / q95 for one run, and mean_of_seeds_q05 / q95 for the
-    average over `seeds` runs.
+    accuracy, sensitivity, pooling_sd and eval_sd (per-phase accuracy); for one run
+    delta_max_mean, delta_max_sd and delta_max_interval (low, high); for the average over
+    `seeds` runs mean_of_seeds_interval (low, high).
     """
     s = int(stride)
     kappa, c = moments if moments is not None else uniform_moments(s, chunks, dim, gain, loss)
@@ -205,11 +207,7 @@ def noise_floor(
     # shift, so independent normals of variance D^2 var / s^2 per phase give it exactly.
     pooling_sd = abs(sensitivity) * math.sqrt(var) / s
     eval_sd = math.sqrt(acc * (1.0 - acc) / eval_samples)
-    rng = np.random.default_rng(seed)
-    pooling = pooling_sd * rng.standard_normal((draws, seeds, s))
-    held_out = eval_sd * rng.standard_normal((draws, 1, s))
-    ranges = np.ptp(pooling + held_out, axis=-1)
-    single, averaged = ranges[:, 0], ranges.mean(axis=1)
+    ranges = delta_max_distribution(pooling_sd, eval_sd, s, seeds, level, draws, seed)
     return {
         "kappa": kappa,
         "c": c,
@@ -220,10 +218,29 @@ def noise_floor(
         "sensitivity": sensitivity,
         "pooling_sd": pooling_sd,
         "eval_sd": eval_sd,
+        **ranges,
+    }
+
+
+def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draws=DRAWS, seed=0):
+    """delta_max of phase accuracies acc_0 + pooling part + held-out error (module docstring).
+
+    pooling_sd: per-phase sd of the pooling part (its P correlation drops out of the range;
+    0 for fixed pooling such as mean_pool); eval_sd: sd of each phase's held-out error,
+    drawn once per average (shared held-out set); stride s phases; seeds runs averaged;
+    level of the central intervals. Monte Carlo over `draws` Gaussian draws from `seed`.
+    Returns a dict: delta_max_mean, delta_max_sd, delta_max_interval (one run),
+    mean_of_seeds_interval (the mean over `seeds` runs).
+    """
+    rng = np.random.default_rng(seed)
+    pooling = pooling_sd * rng.standard_normal((draws, seeds, stride))
+    held_out = eval_sd * rng.standard_normal((draws, 1, stride))
+    ranges = np.ptp(pooling + held_out, axis=-1)
+    single, averaged = ranges[:, 0], ranges.mean(axis=1)
+    tails = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
+    return {
         "delta_max_mean": float(single.mean()),
         "delta_max_sd": float(single.std()),
-        "delta_max_q05": float(np.quantile(single, 0.05)),
-        "delta_max_q95": float(np.quantile(single, 0.95)),
-        "mean_of_seeds_q05": float(np.quantile(averaged, 0.05)),
-        "mean_of_seeds_q95": float(np.quantile(averaged, 0.95)),
+        "delta_max_interval": tuple(float(q) for q in np.quantile(single, tails)),
+        "mean_of_seeds_interval": tuple(float(q) for q in np.quantile(averaged, tails)),
     }

@@ -36,8 +36,13 @@ estimate: the exact Hessian and per-problem gradient covariance of the trainer's
 loss (idealized.loss.retrieval_loss) on a fixed sample of problems drawn as
 idealized.task's exact inner-product sampler draws them, in float64.
 
-Outside the linear regime (escape over a barrier to a specialised state, which the
-finite-d landscape allows where a k-phase state is also stable) this is no prediction.
+Checked against SGD (d = 64, gain 16, batch 256, 8 seeds, eval 2048): module tests and
+issue report. Outside the linear regime this is no prediction: where a specialised state
+is also stable and the barrier to it is a few noise temperatures T = kappa S high, SGD
+escapes. At s=4, N=64 the finite-d loss along dropping one phase rises by only 0.0026 before
+falling 0.030 below uniform: 2.3 T at lr 2 (2 of 8 runs collapsed onto 3 phases in 600
+steps), 10 T at lr 0.5 (none in 2400 steps, and the floor holds). At s=8, N=12 dropping a
+phase raises the loss (12 T at lr 2): no escapes seen.
 """
 
 from __future__ import annotations
@@ -226,8 +231,8 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
     """delta_max of phase accuracies acc_0 + pooling part + held-out error (module docstring).
 
     pooling_sd: per-phase sd of the pooling part (its P correlation drops out of the range;
-    0 for fixed pooling such as mean_pool); eval_sd: sd of each phase's held-out error,
-    drawn once per average (shared held-out set); stride s phases; seeds runs averaged;
+    0 for fixed pooling such as mean_pool); eval_sd: sd of each phase's held-out error (a
+    scalar or (s,)), drawn once per average (shared held-out set); stride s phases; seeds runs averaged;
     level of the central intervals. Monte Carlo over `draws` Gaussian draws from `seed`.
     Returns a dict: delta_max_mean, delta_max_sd, delta_max_interval (one run),
     mean_of_seeds_interval (the mean over `seeds` runs).

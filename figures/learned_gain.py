@@ -6,7 +6,7 @@ from figures.style import COLORS, figure
 
 CAPTION = (
     "Reduced flow with the gain learned from 1.0 under weight decay wd (s=8, N=64): gain (left) and specialisation index (right) against time.",
-    "Uniform pooling is stable above beta_c; the gain's equilibrium under wd decides the race: below beta_c the instability wins and pooling specialises.",
+    "Uniform pooling is stable above beta_c; the gain's equilibrium under wd decides the race: below beta_c the instability wins and pooling specialises; stars: the predicted gain at t_end after the race and the re-entry ladder (dropped phases re-enter while their weight exceeds the finite-weight barrier).",
 )
 
 
@@ -23,6 +23,10 @@ def make(results, predictions):
         eq = predictions["equilibrium_gain"][i]
         if np.isfinite(eq):
             axes[0, 0].axhline(eq, color=c, ls=":", lw=1.2)
+        if "final_gain" in predictions:
+            axes[0, 0].plot(
+                t[-1], predictions["final_gain"][i], "*", ms=9, mfc="none", color=c, mew=1.2
+            )
         axes[0, 1].plot(
             t[keep],
             idx[keep],
@@ -39,6 +43,10 @@ def make(results, predictions):
         label=f"beta_c = s log((N-1)/2) = {predictions['critical_gain']:.1f}",
     )
     axes[0, 0].plot([], [], "k:", label="uniform-state equilibrium gain (theory)")
+    if "final_gain" in predictions:
+        axes[0, 0].plot(
+            [], [], "k*", mfc="none", label="end state: race + re-entry ladder (theory)"
+        )
     axes[0, 0].set_yscale("log")
     axes[0, 0].set_ylabel("gain beta")
     axes[0, 0].set_title("Gain: uniform pooling is stable above beta_c", loc="left")

@@ -19,61 +19,9 @@ from sims.experiments._common import (
     random_starts,
     row,
 )
+from theory.gain import race_exponent
 
-
-def _gain_slope(beta, stride, chunks, weight_decay):
-    """dL/dbeta at uniform pooling, L = c (1 - sigma_N(beta/s))^2 + wd/2 beta^2 (THEORY 5, 6.6)."""
-    c = chunks / (chunks - 1.0)
-    sig = 1.0 / (1.0 + (chunks - 1.0) * np.exp(-np.asarray(beta, float) / stride))
-    return -2.0 * c * sig * (1.0 - sig) ** 2 / stride + weight_decay * beta
-
-
-def equilibrium_gain(stride, chunks, weight_decay, start=1.0) -> float:
-    """Adapter (not yet in theory/): the gain a flow from `start` settles at under uniform pooling.
-
-    The first zero of dL/dbeta above `start` where it turns from negative to positive
-    (bisection); inf for wd = 0 (the gain then grows without bound).
-    """
-    grid = np.geomspace(start, 1e4, 4000)
-    slope = _gain_slope(grid, stride, chunks, weight_decay)
-    up = np.nonzero((slope[:-1] < 0) & (slope[1:] > 0))[0]
-    if not up.size:
-        return math.inf
-    lo, hi = grid[up[0]], grid[up[0] + 1]
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _gain_slope(mid, stride, chunks, weight_decay) < 0 else (lo, mid)
-    return float(0.5 * (lo + hi))
-
-
-def race_growth(stride, chunks, weight_decay, start_gain, t_end) -> tuple[np.ndarray, np.ndarray]:
-    """Adapter (not yet in theory/): the race of THEORY 6.6 in the linear regime.
-
-    While pooling is near uniform the gain follows dbeta/dt = -dL/dbeta at uniform pooling
-    (the linear gain parametrisation of THEORY 6.6) and the perturbation delta grows as
-    exp(int lambda(beta(t)) dt), lambda of THEORY 6.2 (negative once beta > beta_c).
-    Returns (times, cumulative growth exponent); delta is predicted to reach 0.25 when
-    log delta_0 + max_t growth >= log 0.25.
-    """
-    beta, t, times, growth, total = float(start_gain), 0.0, [0.0], [0.0], 0.0
-
-    def rate(b):
-        return -float(_gain_slope(b, stride, chunks, weight_decay))
-
-    while t < t_end:
-        dt = min(max(0.25, 0.002 * t), t_end - t)
-        lam0 = float(theory.growth_rate(stride, chunks, beta))
-        k1 = rate(beta)
-        k2 = rate(beta + 0.5 * dt * k1)
-        k3 = rate(beta + 0.5 * dt * k2)
-        k4 = rate(beta + dt * k3)
-        beta += dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        lam1 = float(theory.growth_rate(stride, chunks, beta))
-        total += 0.5 * dt * (lam0 + lam1)
-        t += dt
-        times.append(t)
-        growth.append(total)
-    return np.asarray(times), np.asarray(growth)
+INIT_SCALE = 0.01  # the flows' initial pooling logits: INIT_SCALE * N(0, 1)
 
 
 def run_learned_gain(size: Size, store_dir=None) -> dict:
@@ -82,7 +30,7 @@ def run_learned_gain(size: Size, store_dir=None) -> dict:
     def compute():
         wds = np.asarray(size.weight_decays, float)
         ts = np.concatenate([[0.0], np.geomspace(1.0, 2e5, 120)])
-        starts = random_starts(len(wds), 1, STRIDE, 0.01, seed=7)
+        starts = random_starts(len(wds), 1, STRIDE, INIT_SCALE, seed=7)
         out = flow(
             stride=STRIDE,
             starts=starts,
@@ -109,20 +57,36 @@ def run_learned_gain(size: Size, store_dir=None) -> dict:
 
 
 def predict_learned_gain(size: Size, results: dict, store_dir=None) -> dict:
-    """beta_c (THEORY 6.3), the uniform-state equilibrium gain per wd, and the race: the
-    instability wins (pooling specialises) when log delta_0 + max_t int lambda(beta(t)) dt
-    reaches log 0.25 (the event of theory.specialization_time) along the uniform-state gain path."""
+    """beta_c (THEORY 6.3), the uniform-state equilibrium gain per wd
+    (theory.weight_decay_equilibrium_gain), the race (theory.gain.race_exponent: the
+    instability wins when log delta_0 + max_t int lambda(beta(t)) dt reaches log 0.25, the
+    event of theory.specialization_time, along the uniform-state gain path) and the end
+    state (theory.learned_gain_outcome: support size and gain at t_end)."""
 
     def compute():
         beta_c = float(theory.critical_gain(CHUNKS, STRIDE))
         t_end = float(results["times"][-1])
-        out = {"critical_gain": beta_c, "equilibrium_gain": [], "specialises": [], "margin": []}
+        out = {
+            "critical_gain": beta_c,
+            "equilibrium_gain": [],
+            "specialises": [],
+            "margin": [],
+            "final_support": [],
+            "final_gain": [],
+        }
         for wd, d0 in zip(results["weight_decays"], results["start_order"], strict=True):
-            _, growth = race_growth(STRIDE, CHUNKS, wd, results["start_gain"], t_end)
+            _, _, growth = race_exponent(STRIDE, CHUNKS, results["start_gain"], wd, t_end, "linear")
             margin = math.log(d0) + float(growth.max()) - math.log(EVENT_LEVEL)
-            out["equilibrium_gain"].append(equilibrium_gain(STRIDE, CHUNKS, wd))
+            k, beta = theory.learned_gain_outcome(
+                STRIDE, CHUNKS, results["start_gain"], wd, INIT_SCALE, t_end, "linear"
+            )
+            out["equilibrium_gain"].append(
+                theory.weight_decay_equilibrium_gain(STRIDE, CHUNKS, wd, STRIDE)
+            )
             out["margin"].append(margin)
             out["specialises"].append(bool(margin >= 0))
+            out["final_support"].append(k)
+            out["final_gain"].append(beta)
         return out
 
     return cached(store_dir, "predict", "learned_gain", size, compute)
@@ -141,6 +105,18 @@ def rows_learned_gain(results: dict, predictions: dict) -> list[dict]:
                 ode=float(reached),
                 tolerance=0.0,
                 floor=1.0,
+            )
+        )
+        rows.append(
+            row(
+                "learned gain: end state (race + re-entry ladder), final gain",
+                f"s=8 N=64 gain0=1 wd={wd:g}; k predicted {predictions['final_support'][i]}, "
+                f"ode {results['support'][i]}",
+                predictions["final_gain"][i],
+                ode=float(results["gain"][i][-1])
+                if results["support"][i] == predictions["final_support"][i]
+                else math.nan,
+                tolerance=1e-3,
             )
         )
         eq = predictions["equilibrium_gain"][i]

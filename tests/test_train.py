@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+import theory
 from idealized.config import TrainConfig
 from sims import train as trainer
 from sims.train import TrainingDiverged, train, train_many
@@ -34,7 +35,26 @@ def test_below_threshold_pooling_stays_uniform():
         weights = np.asarray(summary["pooling_weights"][0])
         assert np.abs(weights - 1 / 8).max() < 0.05
         deltas.append(summary["delta_max"])
-    assert np.mean(deltas) <= 0.15
+    # The spread that remains is SGD's stationary noise around the stable point plus the
+    # held-out error (theory.noise_floor): its 95% interval for the mean of these 4 runs.
+    low, high = theory.noise_floor(8, 12, 64, 16.0, 2.0, 256, 600, 1024, seeds=4, level=0.95)[
+        "mean_of_seeds_interval"
+    ]
+    assert low <= np.mean(deltas) <= high
+
+
+@pytest.mark.slow
+def test_one_ce_head_delta_max_is_the_sgd_noise_floor():
+    """THEORY 6.8: one ce head does not specialise; what delta_max remains is SGD noise
+    (theory.noise_floor), 0.3-0.45 at lr 2, not specialisation."""
+    configs = [TrainConfig(loss="ce", eval_every=600, eval_samples=2048, seed=s) for s in range(8)]
+    results = train_many(configs)
+    deltas = np.array([r.summary()["delta_max"] for r in results])
+    weights = np.stack([np.asarray(r.model.pooling_weights())[0] for r in results])
+    pred = theory.noise_floor(8, 64, 64, 16.0, 2.0, 256, 600, 2048, "ce", seeds=8, level=0.95)
+    assert weights.std() == pytest.approx(pred["weight_std"], rel=0.25)
+    low, high = pred["mean_of_seeds_interval"]
+    assert low <= deltas.mean() <= high
 
 
 def test_vmapped_runs_equal_single_runs_and_are_deterministic():

@@ -40,8 +40,9 @@ FIGURES = (
 VERSIONS = dict.fromkeys(FIGURES, 1) | {
     "learned_gain": 5,
     "pooling_dynamics": 2,
-    "mitigations": 2,
-    "support_size": 2,
+    "mitigations": 3,
+    "head_ablation": 2,
+    "support_size": 3,
 }
 
 STRIDE, CHUNKS, DIM, GAIN = 8, 64, 64, 16.0

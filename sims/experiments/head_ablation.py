@@ -33,7 +33,7 @@ def run_head_ablation(size: Size, store_dir=None) -> dict:
 
 
 def predict_head_ablation(size: Size, results: dict, store_dir=None) -> dict:
-    """Best-head rule of theory.interventions applied to each model's pooling weights."""
+    """theory.interventions.ablation_effect (head-averaged readout) from each model's pooling weights."""
     del size, store_dir
     return {
         "maps": [{"heads": m["heads"], "effect": m["predicted_effect"]} for m in results["maps"]]

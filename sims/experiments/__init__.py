@@ -14,9 +14,7 @@ order parameter delta = |log alpha - mean log alpha| (theory.specialization_orde
 is covered when its pooling weight exceeds 1/(2s) (idealized.metrics.support_size).
 
 One module per figure (`sims.experiments.<name>`); the plumbing they share is in
-`_common`. Adapters for predictions `theory/` does not have yet (THEORY 6.6, learned gain): the
-gain's equilibrium under weight decay at uniform pooling (`equilibrium_gain`) and the
-linear-regime race between gain growth and the instability (`race_growth`).
+`_common`. Every prediction comes from `theory/`; the drivers only run and compare.
 """
 
 from __future__ import annotations

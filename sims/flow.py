@@ -1,5 +1,8 @@
 """Gradient flows integrated with diffrax: the reduced (d = infinity) flow of THEORY 5.
 
+`reduced_flow(..., dim=d)` integrates the finite-d corrected loss instead
+(theory.finite_d_loss, the expected mse loss at dimension d; one head, mse).
+
 The vector field is generic, `-grad(loss_fn)(y, args)` for any loss function of the
 state pytree, so a finite-d flow can reuse `gradient_flow` with its own loss.
 The reduced flow's state is `FlowState(pooling_logits (H, s), gain_param (H,))`;
@@ -19,6 +22,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from theory.finite_d import finite_d_loss
 from theory.reduced import reduced_loss, specialization_order
 
 
@@ -37,6 +41,8 @@ class FlowArgs(eqx.Module):
     weight_decay: Float[Array, ""]
     entropy_weight: Float[Array, ""]
     phase_scale: Float[Array, " stride"]
+    dim: Float[Array, ""] | None = None
+    """None: the d = inf loss L_inf; else the key dimension d of the corrected loss L_d."""
 
 
 class FlowHistory(eqx.Module):
@@ -72,11 +78,22 @@ def gain_to_param(gain, gain_parametrisation):
 def reduced_objective(state: FlowState, args: FlowArgs, loss="mse", gain_parametrisation="log"):
     """The reduced flow's loss: theory.reduced_loss of the state, gain frozen unless learned.
 
-    state: FlowState; args: FlowArgs; loss "mse" | "ce". Returns a scalar.
+    state: FlowState; args: FlowArgs; loss "mse" | "ce". With args.dim set, the finite-d
+    loss theory.finite_d_loss at that d instead (one head, mse). Returns a scalar.
     """
     frozen = jax.lax.stop_gradient(state.gain_param)
     gain_param = args.learn_gain * state.gain_param + (1.0 - args.learn_gain) * frozen
     gain = gain_from_param(gain_param, gain_parametrisation)
+    if args.dim is not None:
+        return finite_d_loss(
+            state.pooling_logits,
+            gain,
+            args.chunks,
+            args.dim,
+            args.weight_decay,
+            args.phase_scale,
+            args.entropy_weight,
+        )
     return reduced_loss(
         state.pooling_logits,
         gain,
@@ -225,6 +242,7 @@ def reduced_flow(
     gain_parametrisation="log",
     init_pooling_logits=None,
     max_steps=1_000_000,
+    dim=None,
 ):
     """Reduced gradient flow da/dt = -grad L_inf (THEORY 5), batched over starts and sweeps.
 
@@ -236,6 +254,8 @@ def reduced_flow(
     stride s, heads H; loss "mse" | "ce"; t_end or ts (T,) the save times;
     phase_scale: optional (s,) needle-logit factor (theory.rope); rtol/atol of the PID
     controller; event_level: the specialisation event (theory.specialization_time).
+    dim: None for L_inf; else d, a scalar or (B,) (one compilation serves every d), and
+    the flow follows the finite-d expected loss L_d (theory.finite_d_loss; heads=1, mse).
     Returns FlowHistory with a leading batch axis (B,) on every field; a run whose solve
     failed (e.g. max_steps reached) comes back as nan.
     """
@@ -263,6 +283,8 @@ def reduced_flow(
     )
     if phase_scale is None:
         phase_scale = np.ones((stride,))
+    if dim is not None and (heads != 1 or loss != "mse"):
+        raise ValueError("reduced_flow: the finite-d loss (dim=...) is for one head and mse")
     y0 = FlowState(logits0, gain_to_param(gains, gain_parametrisation))
     args = FlowArgs(
         chunks=per_run(chunks),
@@ -272,6 +294,7 @@ def reduced_flow(
         phase_scale=jnp.asarray(
             np.broadcast_to(np.asarray(phase_scale, dtype=np.float64), (batch, stride))
         ),
+        dim=None if dim is None else per_run(dim),
     )
     if ts is None:
         ts = jnp.linspace(0.0, t_end, n_save)

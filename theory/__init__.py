@@ -11,6 +11,10 @@ from .accuracy import phase_accuracy_profile as phase_accuracy_profile
 from .accuracy import psc as psc
 from .accuracy import psc_std as psc_std
 from .accuracy import support_weights as support_weights
+from .finite_d import critical_chunks_finite_d as critical_chunks_finite_d
+from .finite_d import critical_gain_finite_d as critical_gain_finite_d
+from .finite_d import finite_d_loss as finite_d_loss
+from .finite_d import growth_rate_finite_d as growth_rate_finite_d
 from .gain import gain_race as gain_race
 from .gain import learned_gain_outcome as learned_gain_outcome
 from .gain import learned_gain_states as learned_gain_states

@@ -1,0 +1,116 @@
+"""theory.finite_d: the expected finite-d mse loss against Monte Carlo of the trainer's objective,
+its d -> inf limit, its quadrature, its threshold, and the corrected flow against the finite flow."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import theory
+import theory.finite_d as finite_d
+from idealized.config import TrainConfig
+from idealized.loss import objective
+from idealized.model import init_model
+from idealized.task import sample_batch
+from sims.check import rk4
+from sims.flow import reduced_flow
+
+S, N, GAIN = 8, 64, 16.0
+UNIFORM = np.zeros(S)
+SPECIALISED = np.log(np.array([1.0, 1.0, 1.0, 1e-3, 1e-3, 1e-3, 1e-3, 1e-3]))  # a 3-phase state
+QUADRATURE_RTOL = 1e-4  # the fixed rules against rules twice as fine
+LIMIT_ATOL = 2e-5  # L_d at d = 1e7 against L_inf: quadrature error plus O(1/d)
+MC_SIGMAS = 4.0
+
+
+def trainer_loss(logits, gain, chunks, dim, samples, repeats=8, seed=0):
+    """Monte Carlo of idealized.loss.objective on needles from idealized.task (the trainer's
+    float32), stratified over phases (samples // s each), `repeats` times: (mean, std error)."""
+    stride = len(logits)
+    config = TrainConfig(stride=stride, chunks=chunks, dim=dim, gain=gain).model
+    model = init_model(jax.random.key(0), config, gain, 0.0, jnp.float32)
+
+    @jax.jit
+    def stratified(key, pooling_logits):
+        pooled = eqx.tree_at(lambda m: m.compressor.pooling_logits, model, pooling_logits[None])
+
+        def at_phase(phase):
+            key_phase = jax.random.fold_in(key, phase)
+            needles = sample_batch(key_phase, config, samples // stride, keys=False, phase=phase)
+            return objective(pooled, needles, "mse", 0.0)
+
+        return jnp.mean(jax.vmap(at_phase)(jnp.arange(stride)))
+
+    logits = jnp.asarray(logits, jnp.float32)
+    means = [float(stratified(jax.random.key(seed + i), logits)) for i in range(repeats)]
+    return np.mean(means), np.std(means, ddof=1) / np.sqrt(repeats)
+
+
+@pytest.mark.parametrize("logits", [UNIFORM, SPECIALISED], ids=["uniform", "3-phase"])
+def test_expected_loss_matches_monte_carlo_of_the_trainers_objective(logits):
+    dim = 64
+    mc, se = trainer_loss(logits, GAIN, N, dim, samples=4096, seed=10)
+    predicted = float(theory.finite_d_loss(logits[None], GAIN, float(N), float(dim)))
+    limit = float(theory.reduced_loss(jnp.asarray(logits)[None], jnp.asarray([GAIN]), float(N)))
+    gap = predicted - limit
+    assert gap > 0.01  # the correction being tested is not small at d = 64
+    # Independent: the quadrature against sampled keys through the trainer's own loss.
+    assert abs(mc - predicted) <= MC_SIGMAS * se
+    assert abs(mc - predicted) <= 0.1 * gap
+
+
+def test_tends_to_the_reduced_loss_as_one_over_d():
+    for logits in (UNIFORM, SPECIALISED, 0.5 * jax.random.normal(jax.random.key(1), (S,))):
+        limit = float(theory.reduced_loss(jnp.asarray(logits)[None], jnp.asarray([GAIN]), N))
+        gaps = np.array(
+            [float(theory.finite_d_loss(logits[None], GAIN, N, d)) - limit for d in (256, 1024)]
+        )
+        assert abs(float(theory.finite_d_loss(logits[None], GAIN, N, 1e7)) - limit) < LIMIT_ATOL
+        assert np.all(gaps > 0) and 3.5 < gaps[0] / gaps[1] < 4.5  # O(1/d)
+
+
+def test_quadrature_rules_are_converged(monkeypatch):
+    cases = [(SPECIALISED, 16.0, 64.0, 64.0), (np.log(np.eye(S)[0] + 1e-4), 32.0, 16.0, 64.0)]
+    cases += [(UNIFORM, 16.0, 256.0, 128.0), (0.3 * np.arange(S) - 1.0, 24.0, 8.0, 1024.0)]
+
+    def losses():
+        loss = jax.jit(finite_d.finite_d_loss)  # traced afresh: reads the rules now in place
+        return [float(loss(a[None], g, n, d)) for a, g, n, d in cases]
+
+    coarse = losses()
+    low, high, step = finite_d.LOG_T
+    monkeypatch.setattr(finite_d, "LOG_T", (low - 8.0, high + 4.0, step / 2))
+    for name in ("NEEDLE_NODES", "DISTRACTOR_NODES", "CHI_NODES"):
+        monkeypatch.setattr(finite_d, name, 2 * getattr(finite_d, name))
+    np.testing.assert_allclose(coarse, losses(), rtol=QUADRATURE_RTOL)
+
+
+def test_growth_rate_tends_to_the_closed_form_and_shifts_the_threshold():
+    # Autodiff Hessian of the quadrature at d = 1e6 against THEORY 6.2's closed form.
+    for n, g in [(64, 16.0), (24, 16.0), (64, 32.0)]:
+        closed = float(theory.growth_rate(S, n, g))
+        assert abs(theory.growth_rate_finite_d(S, n, g, 1e6) - closed) < 1e-3 * abs(closed)
+    # Finite d slows the instability and moves the threshold up in N (THEORY 6.3: 15.78).
+    assert 0 < theory.growth_rate_finite_d(S, N, GAIN, 64) < float(theory.growth_rate(S, N, GAIN))
+    n_c = theory.critical_chunks_finite_d(GAIN, S, 64)
+    assert n_c > float(theory.critical_chunks(GAIN, S)) + 1.0
+    assert theory.critical_chunks_finite_d(GAIN, S, np.inf) == pytest.approx(
+        float(theory.critical_chunks(GAIN, S)), rel=1e-6
+    )
+    assert theory.critical_gain_finite_d(n_c, S, 64) == pytest.approx(GAIN, rel=1e-5)
+
+
+def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
+    start = 0.3 * jax.random.normal(jax.random.key(3), (1, 1, S))
+    kwargs = dict(stride=S, chunks=float(N), gain=GAIN, t_end=100.0, n_save=3, rtol=1e-7)
+    starts = jnp.repeat(start, 2, axis=0)
+    corrected = reduced_flow(init_pooling_logits=starts, dim=[64.0, 1e7], **kwargs)
+    # d = inf reference: sims.check's numpy RK4 of the reduced flow (no diffrax, no autodiff)
+    plain = rk4(np.asarray(start[0]), np.array([GAIN]), float(N), np.linspace(0, 100.0, 3), 0.05)
+    plain = jax.nn.softmax(plain, axis=-1)
+    np.testing.assert_allclose(corrected.pooling_weights[1], plain, atol=1e-4)
+    assert np.max(np.abs(corrected.pooling_weights[0] - plain)) > 0.01
+    assert np.all(np.diff(corrected.loss, axis=1) <= 1e-12)
+    with pytest.raises(ValueError, match="one head"):
+        reduced_flow(init_pooling_logits=jnp.zeros((1, 2, S)), dim=64.0, **kwargs)

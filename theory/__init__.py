@@ -15,9 +15,13 @@ from .finite_d import critical_chunks_finite_d as critical_chunks_finite_d
 from .finite_d import critical_gain_finite_d as critical_gain_finite_d
 from .finite_d import finite_d_loss as finite_d_loss
 from .finite_d import growth_rate_finite_d as growth_rate_finite_d
+from .gain import dropped_phase_rate as dropped_phase_rate
 from .gain import gain_race as gain_race
 from .gain import learned_gain_outcome as learned_gain_outcome
 from .gain import learned_gain_states as learned_gain_states
+from .gain import race_exponent as race_exponent
+from .gain import reentry_barrier as reentry_barrier
+from .gain import support_ladder as support_ladder
 from .gain import weight_decay_equilibrium_gain as weight_decay_equilibrium_gain
 from .heads import coverage_summary as coverage_summary
 from .heads import expected_uncovered as expected_uncovered
@@ -28,6 +32,7 @@ from .interventions import best_head_accuracy as best_head_accuracy
 from .interventions import chunking_cost as chunking_cost
 from .interventions import head_phase_accuracy as head_phase_accuracy
 from .interventions import pooling_patch_effect as pooling_patch_effect
+from .interventions import readout_accuracy as readout_accuracy
 from .interventions import reduced_flow_weights as reduced_flow_weights
 from .interventions import reduced_needle_mass as reduced_needle_mass
 from .interventions import slot_accuracy as slot_accuracy

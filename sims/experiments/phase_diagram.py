@@ -8,6 +8,7 @@ import theory
 from idealized.metrics import specialization_index, support_size
 from sims.experiments._common import (
     CHUNKS,
+    DIM,
     GAIN,
     STRIDE,
     Size,
@@ -62,29 +63,37 @@ def run_phase_diagram(size: Size, store_dir=None) -> dict:
 
 
 def predict_phase_diagram(size: Size, results: dict, store_dir=None) -> dict:
-    """The critical curve N_c = 1 + 2 exp(gain/stride) (THEORY 6.3)."""
+    """The critical curve N_c = 1 + 2 exp(gain/stride) (THEORY 6.3), and N_c(d) at the SGD
+    runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d)."""
     del size, store_dir
     ratios = np.linspace(min(results["ratios"]), max(results["ratios"]), 200)
-    return {"ratios": ratios.tolist(), "critical_chunks": (1 + 2 * np.exp(ratios)).tolist()}
+    return {
+        "ratios": ratios.tolist(),
+        "critical_chunks": (1 + 2 * np.exp(ratios)).tolist(),
+        "critical_chunks_finite_d": theory.critical_chunks_finite_d(GAIN, STRIDE, DIM),
+    }
 
 
 def rows_phase_diagram(results: dict, predictions: dict) -> list[dict]:
-    """SGD bracket of N_c at gain 16: largest N that stays uniform, smallest that specialises."""
-    del predictions
+    """SGD bracket of N_c at gain 16: largest N that stays uniform, smallest that specialises,
+    against N_c at d = inf and (when predicted) N_c(d) of the finite-d loss."""
     at_gain = [p for p in results["sgd"] if abs(p["ratio"] - GAIN / STRIDE) < 1e-9]
     uniform = [p["chunks"] for p in at_gain if p["support"] == STRIDE]
     special = [p["chunks"] for p in at_gain if p["support"] < STRIDE]
     if not uniform or not special:
         return []
     lo, hi = max(uniform), min(special)
-    predicted = float(theory.critical_chunks(GAIN, STRIDE))
     mid, half = 0.5 * (lo + hi), 0.5 * abs(hi - lo)
+    predicted = {"N_c": float(theory.critical_chunks(GAIN, STRIDE))}
+    if "critical_chunks_finite_d" in predictions:
+        predicted[f"N_c(d={DIM})"] = float(predictions["critical_chunks_finite_d"])
     return [
         row(
-            f"N_c inside the SGD bracket [{lo}, {hi}]",
-            "s=8 gain=16 d=64; sgd = bracket midpoint, tolerance = half-width",
-            predicted,
+            f"{name} inside the SGD bracket [{lo}, {hi}]",
+            f"s=8 gain=16 d={DIM}; sgd = bracket midpoint, tolerance = half-width",
+            value,
             sgd=mid,
-            tolerance=half / predicted if hi > lo else 0.0,
+            tolerance=half / value if hi > lo else 0.0,
         )
+        for name, value in predicted.items()
     ]

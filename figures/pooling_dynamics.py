@@ -5,8 +5,8 @@ import numpy as np
 from figures.style import COLORS, figure, spread_yerr
 
 CAPTION = (
-    "Pooling weights per phase against gradient-flow time t = lr x steps: reduced ODE (lines) from the SGD run's own start, SGD (points) at d=64 and d=1024.",
-    "Right: the largest SGD-ODE weight difference over time (mean, min-max over seeds): the finite-d correction shrinks with d.",
+    "Pooling weights per phase against gradient-flow time t = lr x steps: reduced ODE (solid, d = inf) and finite-d corrected ODE (dashed, theory.finite_d_loss) from the SGD run's own start, SGD (points) at d=64 and d=1024.",
+    "Right: the largest SGD-ODE weight difference over time (mean, min-max over seeds), against the d = inf flow (circles) and the corrected flow (squares).",
 )
 
 
@@ -21,6 +21,10 @@ def make(results, predictions):
         for j in range(sgd.shape[1]):
             c = COLORS[j % len(COLORS)]
             ax.plot(times, ode[:, j], color=c, lw=1.3, label="ODE (d = inf)" if j == 0 else None)
+            if run.get("corrected") is not None:
+                corrected = np.asarray(run["corrected"])
+                label = f"ODE, L_d at d = {dim}" if j == 0 else None
+                ax.plot(times, corrected[:, j], color=c, lw=1.0, ls="--", label=label)
             ax.plot(
                 times[::every], sgd[::every, j], "o", ms=3, color=c, label="SGD" if j == 0 else None
             )
@@ -32,21 +36,26 @@ def make(results, predictions):
     ax = axes[0, -1]
     for i, dim in enumerate(dims):
         runs = [r for r in results["runs"] if r["dim"] == dim]
-        gap = np.stack(
-            [np.abs(np.asarray(r["sgd"]) - np.asarray(r["ode"])).max(axis=1) for r in runs], axis=-1
-        )
-        mean, yerr = spread_yerr(gap)
-        ax.errorbar(
-            times[::every],
-            mean[::every],
-            yerr=yerr[:, ::every],
-            fmt="o-",
-            ms=3,
-            capsize=2,
-            lw=1,
-            color=COLORS[i],
-            label=f"d = {dim} ({len(runs)} seeds)",
-        )
+        refs = [("ode", "o-", "d = inf flow")]
+        if all(r.get("corrected") is not None for r in runs):
+            refs.append(("corrected", "s--", "corrected flow"))
+        for ref, fmt, name in refs:
+            gap = np.stack(
+                [np.abs(np.asarray(r["sgd"]) - np.asarray(r[ref])).max(axis=1) for r in runs],
+                axis=-1,
+            )
+            mean, yerr = spread_yerr(gap)
+            ax.errorbar(
+                times[::every],
+                mean[::every],
+                yerr=yerr[:, ::every],
+                fmt=fmt,
+                ms=3,
+                capsize=2,
+                lw=1,
+                color=COLORS[i],
+                label=f"d = {dim} vs {name} ({len(runs)} seeds)",
+            )
     ax.set_title("SGD vs ODE: max_phi |difference|", loc="left")
     ax.set_xlabel("gradient-flow time t = lr x steps")
     ax.set_ylabel("max weight difference (mean, min-max)")

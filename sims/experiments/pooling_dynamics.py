@@ -21,12 +21,14 @@ from sims.experiments._common import (
     support_prediction,
     train,
 )
+from sims.flow import reduced_flow
 
 POOLING_INIT = 0.3
 
 
 def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
-    """SGD pooling weights at d = 64 and d = 1024, and the reduced flow from each run's own start."""
+    """SGD pooling weights at d = 64 and d = 1024, and from each run's own start the reduced
+    (d = inf) flow and the finite-d corrected flow (sims.flow.reduced_flow(dim=d))."""
 
     def compute():
         dims = (DIM, 1024)
@@ -41,6 +43,18 @@ def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
         starts = np.stack([sgd_start(c) for c in configs])
         times = np.asarray(results[0].history.times, float)
         ode = flow(stride=STRIDE, starts=starts, chunks=CHUNKS, gain=GAIN, ts=times)
+        # The finite-d corrected flow (theory.finite_d_loss at each run's d), same starts.
+        corrected = reduced_flow(
+            stride=STRIDE,
+            chunks=float(CHUNKS),
+            gain=GAIN,
+            init_pooling_logits=starts,
+            ts=times,
+            dim=np.asarray([c.dim for c in configs], float),
+            rtol=1e-7,
+            atol=1e-9,
+        )
+        corrected_weights = np.asarray(corrected.pooling_weights, float)
         runs = []
         for i, (c, r) in enumerate(zip(configs, results, strict=True)):
             sgd = np.asarray(r.history.pooling_weights, float)[:, 0]
@@ -50,6 +64,7 @@ def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
                     "seed": c.seed,
                     "sgd": sgd,
                     "ode": ode["pooling_weights"][i][:, 0],
+                    "corrected": corrected_weights[i][:, 0],
                 }
             )
         return {"times": times, "runs": runs, "init_scale": POOLING_INIT}

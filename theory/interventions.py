@@ -14,22 +14,28 @@ b_h b_h' alpha_h . alpha_h'. The readout is
 
     Pbar[c] = (1/H) sum_h e^{z_h[c]} / Z_h,   Z_h = needle mass + sum_{distractors} e^{y_h}.
 
-Approximation (the only one): Z_h's distractor part is replaced by its mean
-n e^{b_h^2 |alpha_h|^2 / 2} (n = N - 1 distractors; N - 2 with overlap, the alias entry being
-merged into the needle). Its relative spread is sqrt((e^{b^2|alpha|^2} - 1) / n), about 0.15
-at the canonical config (b |alpha| ~ 0.9); it cancels for one head (the argmax does not see
-Z), so there the formula is exact. With Z_h fixed the distractors are i.i.d. given the needle:
+Approximation (the only one): in Z_h, the needle's own term and the competing distractor's
+own term are kept exactly, and the other distractors' part is replaced by its mean
+R_h = (n - 1) e^{b_h^2 |alpha_h|^2 / 2} (n = N - 1 distractors; N - 2 with overlap, the alias
+entry being merged into the needle). Keeping the competitor's own term bounds its mass in
+every head by 1: with the mean alone, a sharp head (b |alpha| >~ 1.7, where e^y is heavy
+tailed) gave rare distractors masses above 1 (an offset ensemble of a 0.93-weight head:
+0.72 against a measured 0.98; with the own term 0.99). For one head the formula is exact
+(the argmax does not see Z). With R_h fixed the distractors are i.i.d. given the needle:
+distractor c loses iff
 
-    acc[phi] = E_{rho, needle noise} [ G(t)^n ],   t = sum_h P_h(needle) Z_h-weighted mass,
-    G(t) = P( sum_h e^{y_h} / Z_h < t ).
+    sum_h (A_h - B_h) / (A_h + B_h + R_h) > 0,   A_h = needle mass, B_h = e^{y_h[c]},
+
+i.e. sum_h (1 + p_h) sigmoid(y_h - log(A_h + R_h)) < sum_h p_h with p_h = A_h / (A_h + R_h),
+and acc[phi] = E_{rho, needle noise} [ G^n ] with G = P(c loses).
 
 G is computed by conditioning on the distractor's component x along the all-ones token
-direction v: y_h = b_h w_h . u_perp + k_h x with k_h = b_h sum(w_h)/sqrt(T) > 0, so
-sum_h C_h e^{k_h x} is increasing in x and G(t) = E_{u_perp} Phi(x*(t)) (one root per
-sample; closed form when the k_h are equal, Newton otherwise). The remaining expectations
-(rho at quantile midpoints of chi_d, the needle noise and u_perp by scrambled Sobol points
-with fixed seeds, so the prediction is deterministic) carry a quadrature error of about
-0.005 (checked against the exact single-head quadrature, theory.accuracy.needle_accuracy).
+direction v: y_h = b_h w_h . u_perp + k_h x with k_h = b_h sum(w_h)/sqrt(T) > 0, so the left
+side is increasing in x and G = E_{u_perp} Phi(x*) (one root per needle and distractor
+draw: bracketed Newton). The remaining expectations (rho at the Gauss nodes of chi_d, the
+needle noise and u_perp by scrambled Sobol points with fixed seeds, so the prediction is
+deterministic) carry a quadrature error of about 0.005 (checked against the exact
+single-head quadrature, theory.accuracy.needle_accuracy).
 
 Chunking variants enter through the entry layout: with boundaries shifted by o_h tokens a
 needle at phase phi sits at head phase (phi - o_h) mod s (staggered heads; an offset
@@ -55,19 +61,17 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.special import logsumexp, ndtr, ndtri
-from scipy.stats import chi, qmc
+from jax.scipy.special import ndtr
+from scipy.special import ndtri, roots_genlaguerre
+from scipy.stats import qmc
 
 from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import rope_attenuation_at
 
-MAX_PARTITION_SPREAD = 0.5  # relative spread of the distractor part of Z_h beyond which it fails
-DRAWS = (
-    128,
-    2048,
-    8,
-)  # needle-noise points, distractor points, rho nodes (quadrature error ~0.005)
+DRAWS = (64, 1024, 4)  # needle-noise points, distractor points, rho nodes (error ~0.005)
+BRACKET = 8.5  # |x*| beyond which Phi(x*) is 0 or 1 in float64
+ROOT_TOL = 1e-9  # Newton stops when no root moved by more than this
 
 
 @functools.lru_cache(maxsize=64)
@@ -80,9 +84,52 @@ def _normal_points(count, dims, seed):
 
 @functools.lru_cache(maxsize=16)
 def _rho_nodes(dim, nodes):
-    rho = chi.ppf((np.arange(nodes) + 0.5) / nodes, dim)
-    rho.flags.writeable = False
-    return rho
+    # Gauss nodes of rho = sqrt(2 t), t ~ Gamma(d/2) (generalised Laguerre, exact for
+    # polynomials of degree 2 nodes - 1 in rho^2).
+    t, weights = roots_genlaguerre(nodes, dim / 2 - 1)
+    rho, weights = np.sqrt(2 * t), weights / weights.sum()
+    rho.flags.writeable = weights.flags.writeable = False
+    return rho, weights
+
+
+@functools.partial(jax.jit, static_argnames=("distractors",))
+def _needle_wins(log_needle, log_rest, log_distractor, slope, node_weight, distractors):
+    # E_rho E_needle [G^n] (module docstring). Per rho node: log_needle (K, H) = log A_h,
+    # log_rest (H,) = log R_h, log_distractor (M, H) = b_h w_h . u_perp, slope (H,) = k_h.
+    def per_node(args):
+        log_a, log_r, log_c, k = args
+        log_r = log_r[None]
+        p = jax.nn.sigmoid(log_a - log_r)  # (K, H)
+        vote = (1.0 + p)[:, None, :]
+        total = jnp.sum(p, axis=-1)[:, None]
+        shift = log_c[None] - jnp.logaddexp(log_a, log_r)[:, None]  # (K, M, H)
+        k = k[None, None]
+
+        def excess(x):  # minus the vote margin: increasing in x
+            s = jax.nn.sigmoid(k * x[..., None] + shift)
+            return jnp.sum(vote * s, -1) - total, jnp.sum(vote * k * s * (1 - s), -1)
+
+        lo = jnp.full(shift.shape[:2], -BRACKET)
+        hi = jnp.full(shift.shape[:2], BRACKET)
+        below, above = excess(lo)[0] >= 0, excess(hi)[0] <= 0
+
+        def newton(state):
+            i, x, lo, hi, _ = state
+            f, df = excess(x)
+            lo, hi = jnp.where(f < 0, x, lo), jnp.where(f < 0, hi, x)
+            step = x - f / jnp.maximum(df, 1e-300)
+            new = jnp.where((step >= lo) & (step <= hi), step, 0.5 * (lo + hi))
+            return i + 1, new, lo, hi, jnp.max(jnp.abs(new - x))
+
+        state = (0, jnp.zeros_like(lo), lo, hi, jnp.inf)
+        x = jax.lax.while_loop(lambda st: (st[0] < 100) & (st[4] > ROOT_TOL), newton, state)[1]
+        x = jnp.where(below, -jnp.inf, jnp.where(above, jnp.inf, x))
+        g = jnp.mean(ndtr(x), axis=1)  # (K,)
+        return jnp.mean(jnp.exp(distractors * jnp.log(jnp.maximum(g, 1e-300))))
+
+    return jnp.sum(
+        node_weight * jax.lax.map(per_node, (log_needle, log_rest, log_distractor, slope))
+    )
 
 
 def _entry_starts(phase, stride, offsets, overlap):
@@ -138,31 +185,24 @@ def _readout_accuracy_at(
     noise_distractor = u_perp @ distractor_rows.T  # (M, H)
     norm2 = np.sum(weights**2, axis=1)
     slope_per_b = distractor_rows @ direction
-    acc = 0.0
-    for rho in _rho_nodes(float(dim), n_rho):
-        b = gains * rho / dim
-        value = np.where(sees[entry_head][None], (rho * kappa)[None], u_needle[:, column][:, None])
-        z = b[entry_head] * (noise_needle + needle_weight * value)  # (K, E)
-        log_top = np.logaddexp(z[:, :heads], z[:, heads:]) if overlap else z
-        log_z = np.logaddexp(log_top, math.log(distractors) + 0.5 * b**2 * norm2)  # (K, H)
-        log_t = logsumexp(log_top - log_z, axis=1)  # (K,)
-        log_c = b * noise_distractor  # (M, H)
-        k = b * slope_per_b
-        if np.ptp(k) <= 1e-6 * k.max():  # equal gains and weight sums (float32 weights: ~1e-7)
-            # sum_h C_mh / Z_kh is a matrix product; the distractor mass is e^{k x} times it.
-            shift = log_c.max()
-            mass = np.exp(-log_z) @ np.exp(log_c - shift).T  # (K, M)
-            x = (log_t[:, None] - shift - np.log(mass)) / k.mean()
-        else:
-            a = log_c[None] - log_z[:, None]  # (K, M, H)
-            x = (log_t[:, None] - logsumexp(a, axis=2)) / k.mean()
-            for _ in range(40):  # Newton on a convex increasing function: monotone after step 1
-                e = a + k * x[..., None]
-                lse = logsumexp(e, axis=2)
-                x = x - (lse - log_t[:, None]) / np.sum(np.exp(e - lse[..., None]) * k, axis=2)
-        log_g = np.log(np.mean(ndtr(x), axis=1))  # (K,)
-        acc += float(np.mean(np.exp(distractors * log_g)))
-    return acc / n_rho
+    rhos, node_weight = _rho_nodes(float(dim), n_rho)
+    b = gains[None] * rhos[:, None] / dim  # (R, H)
+    # The needle token's product: rho kappa where the head sees it, else a fresh key's.
+    value = np.where(sees[entry_head], rhos[:, None, None] * kappa, u_needle[None, :, column, None])
+    z = b[:, None, entry_head] * (noise_needle[None] + needle_weight * value)  # (R, K, E)
+    log_needle = np.logaddexp(z[..., :heads], z[..., heads:]) if overlap else z
+    with np.errstate(divide="ignore"):  # a single distractor (N = 3 with overlap): no rest
+        log_rest = np.log(distractors - 1.0) + 0.5 * b**2 * norm2
+    return float(
+        _needle_wins(
+            log_needle,
+            log_rest,
+            b[:, None, :] * noise_distractor[None],
+            b * slope_per_b,
+            node_weight,
+            float(distractors),
+        )
+    )
 
 
 def readout_accuracy(
@@ -203,17 +243,6 @@ def readout_accuracy(
     virtual_gains = np.tile(gains[keep], ensemble)
     virtual_sees = np.tile(sees[keep], ensemble)
     out = np.full(stride, np.nan)
-    b_norm = virtual_gains * np.sqrt(np.sum(virtual**2, axis=1) / dim)
-    spread = np.sqrt(np.expm1(b_norm**2) / (chunks - 1))
-    if np.any(spread > MAX_PARTITION_SPREAD) and np.all(virtual_sees):
-        # Sharp heads (b |alpha| >~ 1.7): the mean partition function is dominated by rare
-        # distractors and fails (an offset ensemble of a 0.93-weight head: 0.72 against a
-        # measured 0.98); there the sharpest head decides, the best-head rule.
-        kept = {"offsets": base[keep], "overlap": overlap, "rope_dim": rope_dim}
-        best = best_head_accuracy(w[keep], gains[keep], chunks, dim, ensemble=ensemble, **kept)
-        return (
-            best if phases is None else np.where(np.isin(np.arange(stride), phases), best, np.nan)
-        )
     for phi in range(stride) if phases is None else phases:
         out[phi] = _readout_accuracy_at(
             phi,

@@ -136,7 +136,8 @@ def _heads_accuracy(weights, gain, chunks, dim):
     if math.isinf(dim):
         covered = (weights > 0).any(axis=0)
         return np.where(covered, 1.0, 1.0 / chunks)
-    return theory.phase_accuracy_heads(weights, np.full(len(weights), gain), chunks, dim)
+    # The head-averaged readout argmax_c mean_h P_h[c] (theory.interventions), not the best head.
+    return theory.readout_accuracy(weights, gain, chunks, dim)
 
 
 def run(args: argparse.Namespace) -> int:

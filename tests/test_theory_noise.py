@@ -93,3 +93,72 @@ def test_without_pooling_noise_the_floor_is_the_range_of_the_held_out_errors():
         math.sqrt(pred["accuracy"] * (1 - pred["accuracy"]) / 2048)
     )
     assert pred["delta_max_mean"] == pytest.approx(2.8472 * pred["eval_sd"], rel=0.01)
+
+
+# --- escape from a metastable well ------------------------------------------------------
+
+PASSAGE_RTOL = 0.08  # 2000 ~exponential passage times: 2.2% sampling error; dt = 0.005 bias
+KRAMERS_RTOL_4T = 0.25  # Kramers is asymptotic: at barrier 4 T its O(T / barrier) error shows
+KRAMERS_RTOL_15T = 0.05
+
+
+def _double_well(barrier):
+    """U = barrier (x^2 - 1)^2: wells at +-1 (curvature 8 barrier), saddle at 0 (-4 barrier)."""
+    return (lambda x: barrier * (x**2 - 1) ** 2), (lambda x: 4 * barrier * x * (x**2 - 1))
+
+
+def _passage_times(force, diffusion, start, end, dt, chains, rng, max_steps=400_000):
+    x = np.full(chains, float(start))
+    times = np.full(chains, np.nan)
+    for n in range(max_steps):
+        alive = np.isnan(times)
+        if not alive.any():
+            break
+        xa = x[alive]
+        x[alive] = (
+            xa - force(xa) * dt + np.sqrt(2 * diffusion(xa) * dt) * rng.standard_normal(xa.shape)
+        )
+        times[alive & (x >= end)] = (n + 1) * dt
+    return times
+
+
+@pytest.mark.parametrize("varying", [False, True])
+def test_first_passage_time_matches_a_langevin_simulation(varying):
+    from theory.noise import first_passage_time
+
+    barrier, temperature = 1.0, 1.0 / 3.0  # barrier 3 T
+    _, force = _double_well(barrier)
+
+    def diffusion(x):  # Ito, position-dependent: the SGD noise falls towards the saddle
+        return temperature * (1.0 - 0.4 * np.tanh(x + 1.0)) if varying else temperature + 0 * x
+
+    rng = np.random.default_rng(3)
+    times = _passage_times(force, diffusion, -1.0, 1.0, 0.005, 2000, rng)
+    assert not np.isnan(times).any()
+    grid = np.linspace(-2.2, 1.0, 4001)
+    predicted = first_passage_time(grid, -force(grid), diffusion(grid))
+    assert times.mean() == pytest.approx(predicted, rel=PASSAGE_RTOL)
+
+
+def test_kramers_rate_is_the_high_barrier_limit_of_the_passage_time():
+    from theory.noise import first_passage_time, kramers_rate
+
+    grid = np.linspace(-2.2, 1.0, 8001)
+    for ratio, rtol in ((4.0, KRAMERS_RTOL_4T), (15.0, KRAMERS_RTOL_15T)):
+        barrier, temperature = 1.0, 1.0 / ratio
+        _, force = _double_well(barrier)
+        # escape = reaching x = 1 means crossing the saddle once, then half the flux returns
+        # before thermalising on the far side only at low barrier; passage to the far well
+        # bottom is 1/k + a relaxation time that vanishes relative to 1/k as barrier/T grows
+        tau = first_passage_time(grid, -force(grid), np.full_like(grid, temperature))
+        rate = kramers_rate(barrier, temperature, [8 * barrier], [-4 * barrier])
+        assert 1.0 / tau == pytest.approx(rate, rel=rtol)
+
+
+def test_kramers_rate_refuses_a_state_that_is_not_a_well_and_a_saddle():
+    from theory.noise import kramers_rate
+
+    with pytest.raises(ValueError, match="index-1 saddle"):
+        kramers_rate(1.0, 0.1, [1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="index-1 saddle"):
+        kramers_rate(1.0, 0.1, [1.0, -1.0], [-1.0, 1.0])

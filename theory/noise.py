@@ -106,20 +106,23 @@ def uniform_moments(stride, chunks, dim, gain, loss="mse", samples=MOMENT_SAMPLE
     # idealized.task's exact inner-product sampler, drawn in numpy (the jax chi-square
     # sampler costs seconds to compile): r = |q|^2 ~ chi2_d / d; q . x ~ N(0, r/d) for
     # every other key; the needle's entry is r.
-    rng = np.random.default_rng(seed)
-    n = int(chunks)
-    norm2 = rng.chisquare(dim, samples) / dim
-    gram = np.sqrt(norm2 / dim)[:, None, None] * rng.standard_normal((samples, n, s))
-    target = rng.integers(0, n, samples)
-    phase = rng.integers(0, s, samples)
-    gram[np.arange(samples), target, phase] = norm2
-    gram, target = jnp.asarray(gram), jnp.asarray(target)
-
+    gram, target = _problem_sample(s, chunks, dim, samples, seed)
     hessian, grads = _loss_derivatives(jnp.zeros(s, jnp.float64), gram, target, beta, loss)
     centring = np.eye(s) - 1.0 / s
     hessian = centring @ np.asarray(hessian) @ centring
     noise = centring @ np.cov(np.asarray(grads).T) @ centring
     return float(np.trace(hessian)) / (s - 1), float(np.trace(noise)) / (s - 1)
+
+
+def _problem_sample(stride, chunks, dim, samples, seed):
+    rng = np.random.default_rng(seed)
+    n = int(chunks)
+    norm2 = rng.chisquare(dim, samples) / dim
+    gram = np.sqrt(norm2 / dim)[:, None, None] * rng.standard_normal((samples, n, stride))
+    target = rng.integers(0, n, samples)
+    phase = rng.integers(0, stride, samples)
+    gram[np.arange(samples), target, phase] = norm2
+    return jnp.asarray(gram), jnp.asarray(target)
 
 
 def stationary_covariance(hessian, noise_cov, lr, batch):
@@ -249,3 +252,173 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
         "delta_max_interval": tuple(float(q) for q in np.quantile(single, tails)),
         "mean_of_seeds_interval": tuple(float(q) for q in np.quantile(averaged, tails)),
     }
+
+
+# --- Escape from a metastable uniform well (issue: s=4, N=64 at d=64) -----------------
+#
+# Derivation. Where uniform pooling is a local minimum of the finite-d loss but a
+# lower state exists, SGD can cross a saddle. By phase symmetry the s saddles are
+# equivalent, one per phase to drop, and each lies on the line a = -u e_j (phase j's
+# logit lowered, the others equal): that line is the fixed set of the permutations of
+# the other s - 1 phases, which the gradient respects, so a critical point of the loss
+# restricted to it is a critical point of the full loss. Along it, with x = u sqrt(1-1/s)
+# the unit-speed zero-sum coordinate, take from the trainer's loss (Monte Carlo, as in
+# uniform_moments) the loss U(x), the noise along the line c(x) (per-problem gradient
+# variance on e = P e_j / |P e_j|), and on the s - 2 transverse zero-sum directions
+# (equal by symmetry) the curvature mu(x) and noise c_perp(x). SGD in time t = eta n is
+# then, along the line, a 1-D diffusion with drift -U' and diffusion D = eta c / (2B), the
+# transverse modes equilibrated at variance T_perp / mu (T_perp = eta c_perp / (2B)):
+# stationary marginal rho(x) = Z_perp(x) exp(-Phi(x)) / D(x), Phi' = U' / D (Ito),
+# Z_perp = (T_perp / mu)^((s-2)/2). The exact 1-D mean first-passage time from the well
+# over the saddle (reflecting below the well, absorbing past the saddle) is
+#
+#     tau = int_x0^x1 dy / (D(y) rho(y)) int_x0^y rho(z) dz,
+#
+# and the s saddles give the escape rate R = s / tau, P(escaped by t) = 1 - exp(-R t).
+# For constant D and a harmonic well and saddle, tau reduces to Kramers-Langer
+# (kramers_rate), which is only asymptotic in barrier / T.
+#
+# Checked (s=4, N=64, gain 16, d=64, batch 256, t = 1200): see escape_rate's docstring
+# and the issue report. At lr 2 (barrier ~2.5 T) this overestimates SGD's escapes.
+
+
+def kramers_rate(barrier, temperature, well_curvatures, saddle_curvatures):
+    """Kramers-Langer (Eyring) escape rate over one saddle of overdamped Langevin dynamics.
+
+    dx = -grad U dt + sqrt(2 T) dW in m dimensions; barrier = U(saddle) - U(well);
+    well_curvatures: the m Hessian eigenvalues at the well (all > 0); saddle_curvatures:
+    the m at the saddle, exactly one < 0 (lambda_u).
+    rate = |lambda_u| / (2 pi) sqrt(prod well / |prod saddle|) exp(-barrier / T)
+    (Langer 1969; asymptotic for barrier >> T). Returns a float (per unit time).
+    """
+    well = np.asarray(well_curvatures, float)
+    saddle = np.asarray(saddle_curvatures, float)
+    unstable = saddle[saddle < 0]
+    if np.any(well <= 0) or len(unstable) != 1:
+        raise ValueError("need a minimum (all well curvatures > 0) and an index-1 saddle")
+    ratio = np.prod(well) / abs(np.prod(saddle))
+    return float(
+        abs(unstable[0]) / (2 * math.pi) * math.sqrt(ratio) * math.exp(-barrier / temperature)
+    )
+
+
+def first_passage_time(x, drift, diffusion, weight=None):
+    """Mean first-passage time of a 1-D Ito diffusion from x[0] (reflecting) to x[-1].
+
+    x: (n,) increasing grid; drift f(x) and diffusion D(x) on it (dx = f dt + sqrt(2D) dW);
+    weight: an extra stationary factor (the transverse modes' partition function, default 1).
+    tau = int dy / (D rho) int_{x0}^{y} rho, rho = weight exp(-Phi) / D, Phi' = -f / D
+    (Gardiner, Handbook of Stochastic Methods, 5.2.7), trapezoidal on the grid; the start
+    point inside [x0, x1] does not matter once the well is deep compared with D.
+    Returns a float.
+    """
+    x, f, dif = (np.asarray(v, float) for v in (x, drift, diffusion))
+    w = np.ones_like(x) if weight is None else np.asarray(weight, float)
+
+    def integral(y):
+        return np.concatenate([[0.0], np.cumsum(0.5 * (y[1:] + y[:-1]) * np.diff(x))])
+
+    phi = -integral(f / dif)
+    log_rho = np.log(w) - phi - np.log(dif)
+    log_rho -= log_rho.max()
+    mass = integral(np.exp(log_rho))  # 0 at x0 only, where the outer integrand is 0 too
+    inner = np.exp(np.log(np.maximum(mass, 1e-300)) - log_rho - np.log(dif))
+    return float(integral(np.where(mass > 0, inner, 0.0))[-1])
+
+
+def escape_path(
+    stride, chunks, dim, gain, loss="mse", drops=None, samples=2**18, seed=0, block=2**14
+):
+    """Loss, curvatures and gradient noise along dropping one phase (module section above).
+
+    stride s, chunks N, dim d (finite), gain beta, loss; drops: the values u of the path
+    a = -u e_j (default -0.25 .. 1.55 in steps of 0.1); Monte Carlo on `samples` problems
+    from `seed`, in blocks of `block`. Returns a dict of (n,) arrays: drop u, x (the
+    unit-speed zero-sum coordinate u sqrt(1 - 1/s)), loss (relative to uniform), curvature
+    and noise along the path, transverse_curvature and transverse_noise (per direction).
+    """
+    s, beta = int(stride), float(gain)
+    drops = np.arange(-0.25, 1.5501, 0.1) if drops is None else np.asarray(drops, float)
+    centring = np.eye(s) - 1.0 / s
+    e = centring[0] / np.linalg.norm(centring[0])
+    across = centring - np.outer(e, e)
+    blocks = max(1, samples // block)
+    m = len(drops)
+    mean_loss, hess = np.zeros(m), np.zeros((m, s, s))
+    g1, g2 = np.zeros((m, s)), np.zeros((m, s, s))
+    for b in range(blocks):
+        gram, target = _problem_sample(s, chunks, dim, block, seed * 100003 + b)
+        for i, u in enumerate(drops):
+            a = jnp.zeros(s, jnp.float64).at[0].set(-u)
+            h, grads = _loss_derivatives(a, gram, target, beta, loss)
+            grads = np.asarray(grads)
+            mean_loss[i] += float(_mean_loss(a, gram, target, beta, loss)) / blocks
+            hess[i] += np.asarray(h) / blocks
+            g1[i] += grads.mean(0) / blocks
+            g2[i] += grads.T @ grads / (block * blocks)
+    cov = g2 - g1[:, :, None] * g1[:, None, :]
+    zero = np.interp(0.0, drops, mean_loss)
+    return {
+        "drop": drops,
+        "x": drops * math.sqrt(1.0 - 1.0 / s),
+        "loss": mean_loss - zero,
+        "curvature": np.einsum("i,nij,j->n", e, hess, e),
+        "noise": np.einsum("i,nij,j->n", e, cov, e),
+        "transverse_curvature": np.einsum("ij,nji->n", across, hess) / max(s - 2, 1),
+        "transverse_noise": np.einsum("ij,nji->n", across, cov) / max(s - 2, 1),
+    }
+
+
+@functools.partial(jax.jit, static_argnums=4)
+def _mean_loss(logits_a, gram, target, gain, loss):
+    z = gain * gram @ jax.nn.softmax(logits_a)
+    return jnp.mean(jax.vmap(lambda zz, t: retrieval_loss(zz[None], t, loss))(z, target))
+
+
+def escape_rate(path, stride, lr, batch, grid=4000):
+    """Rate of escape from uniform pooling over the s drop-one-phase saddles (section above).
+
+    path: escape_path's dict; stride s; SGD lr eta and batch B (time t = eta n). The loss
+    maximum past u = 0 is the saddle; the 1-D passage runs from the lowest drop where the
+    transverse curvature is still positive (reflecting) to the path's end (absorbing).
+    Returns a dict: rate (per unit t, all s saddles), kramers_rate (harmonic Kramers-Langer
+    at the well's temperature, s saddles), barrier, temperature (eta c / 2B at the well),
+    saddle_drop; rate 0 and barrier inf where the loss does not fall past a maximum.
+    """
+    from scipy.interpolate import CubicSpline
+
+    s = int(stride)
+    drop, x, loss = path["drop"], path["x"], path["loss"]
+    well = int(np.argmin(np.abs(drop)))
+    top = well + int(np.argmax(loss[well:]))
+    temperature = lr * path["noise"][well] / (2.0 * batch)
+    none = {"rate": 0.0, "kramers_rate": 0.0, "barrier": math.inf, "temperature": temperature}
+    if top == well or top == len(x) - 1 or loss[-1] >= loss[top]:
+        return none | {"saddle_drop": math.nan}
+    barrier = float(loss[top] - loss[well])
+    stable = path["transverse_curvature"] > 0
+    start = well - int(np.argmin(stable[well::-1])) + 1 if not stable[: well + 1].all() else 0
+    fine = np.linspace(x[start], x[-1], grid)
+
+    def spline(key):
+        return CubicSpline(x[start:], path[key][start:])
+
+    diffusion = lr * spline("noise")(fine) / (2.0 * batch)
+    t_perp = lr * spline("transverse_noise")(fine) / (2.0 * batch)
+    weight = (t_perp / spline("transverse_curvature")(fine)) ** ((s - 2) / 2)
+    tau = first_passage_time(fine, -spline("loss")(fine, 1), diffusion, weight)
+    kappa = path["curvature"][well]
+    saddle = [path["curvature"][top]] + [path["transverse_curvature"][top]] * (s - 2)
+    kramers = s * kramers_rate(barrier, temperature, [kappa] * (s - 1), saddle)
+    return {
+        "rate": s / tau,
+        "kramers_rate": kramers,
+        "barrier": barrier,
+        "temperature": float(temperature),
+        "saddle_drop": float(drop[top]),
+    }
+
+
+def escape_probability(rate, time):
+    """P(a run has left the uniform well by time t) = 1 - exp(-rate t) (Poisson escapes)."""
+    return 1.0 - math.exp(-rate * time)

@@ -39,10 +39,11 @@ idealized.task's exact inner-product sampler draws them, in float64.
 Checked against SGD (d = 64, gain 16, batch 256, 8 seeds, eval 2048): module tests and
 issue report. Outside the linear regime this is no prediction: where a specialised state
 is also stable and the barrier to it is a few noise temperatures T = kappa S high, SGD
-escapes. At s=4, N=64 the finite-d loss along dropping one phase rises by only 0.0026 before
-falling 0.030 below uniform: 2.3 T at lr 2 (2 of 8 runs collapsed onto 3 phases in 600
-steps), 10 T at lr 0.5 (none in 2400 steps, and the floor holds). At s=8, N=12 dropping a
-phase raises the loss (12 T at lr 2): no escapes seen.
+escapes; escape_rate (below) predicts how often, reliably from ~5 T up. At s=4, N=64 the
+finite-d loss along dropping one phase rises by only 0.0024 before falling 0.030 below
+uniform: 2.3 T at lr 2 (7 of 24 runs collapsed onto 3 phases in 600 steps), 9 T at lr 0.5
+(none of 16 in 2400 steps, and the floor holds). At s=8, N=12 the far side of the path
+stays above uniform (8 T up at lr 2): no escapes seen (0 of 24).
 """
 
 from __future__ import annotations
@@ -278,8 +279,19 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
 # For constant D and a harmonic well and saddle, tau reduces to Kramers-Langer
 # (kramers_rate), which is only asymptotic in barrier / T.
 #
-# Checked (s=4, N=64, gain 16, d=64, batch 256, t = 1200): see escape_rate's docstring
-# and the issue report. At lr 2 (barrier ~2.5 T) this overestimates SGD's escapes.
+# Checked (s=4, N=64, gain 16, d=64, batch 256, t = 1200; escaped = min alpha < 0.1 at
+# the end; 2^18 problems: barrier 0.0024 at u = 0.45, saddle curvature -0.061 along,
+# +0.29 across, well 0.127; the noise along the path falls from 0.257 to 0.12 at the
+# saddle, so the passage model's exponent is ~1.5 x barrier / T):
+#   lr 2,   600 steps (barrier 2.3 T): passage P = 0.73, Kramers 0.99; SGD 7/24 (0.29) and,
+#           same loss on fresh jax batches (own loop, not the trainer), 54/128 (0.42).
+#   lr 1,  1200 steps (4.7 T): passage 0.04, Kramers 0.36; SGD 1/16.
+#   lr 0.5, 2400 steps (9.4 T): passage 4e-5, Kramers 0.004; SGD 0/16.
+#   s=8, N=12, lr 2: the loss maximum on the path is 8.2 T up and the far side stays above
+#           uniform; passage P ~ 1e-9; SGD 0/24.
+# Harmonic Kramers is far off below ~5 T (it ignores the falling noise); the passage model
+# holds from ~5 T up but over-predicts by a factor ~2-4 in rate at 2.3 T. The MC barrier
+# itself moves by ~0.0003 (0.3 T at lr 2) between samples of 2^16 problems.
 
 
 def kramers_rate(barrier, temperature, well_curvatures, saddle_curvatures):
@@ -320,10 +332,11 @@ def first_passage_time(x, drift, diffusion, weight=None):
 
     phi = -integral(f / dif)
     log_rho = np.log(w) - phi - np.log(dif)
-    log_rho -= log_rho.max()
-    mass = integral(np.exp(log_rho))  # 0 at x0 only, where the outer integrand is 0 too
-    inner = np.exp(np.log(np.maximum(mass, 1e-300)) - log_rho - np.log(dif))
-    return float(integral(np.where(mass > 0, inner, 0.0))[-1])
+    # rho spans hundreds of e-folds past the saddle: accumulate its mass in log space
+    pieces = np.logaddexp(log_rho[1:], log_rho[:-1]) + np.log(0.5 * np.diff(x))
+    log_mass = np.logaddexp.accumulate(pieces)
+    inner = np.concatenate([[0.0], np.exp(log_mass - log_rho[1:] - np.log(dif[1:]))])
+    return float(integral(inner)[-1])
 
 
 def escape_path(
@@ -332,13 +345,13 @@ def escape_path(
     """Loss, curvatures and gradient noise along dropping one phase (module section above).
 
     stride s, chunks N, dim d (finite), gain beta, loss; drops: the values u of the path
-    a = -u e_j (default -0.25 .. 1.55 in steps of 0.1); Monte Carlo on `samples` problems
+    a = -u e_j (default -0.2 .. 1.5 in steps of 0.1); Monte Carlo on `samples` problems
     from `seed`, in blocks of `block`. Returns a dict of (n,) arrays: drop u, x (the
     unit-speed zero-sum coordinate u sqrt(1 - 1/s)), loss (relative to uniform), curvature
     and noise along the path, transverse_curvature and transverse_noise (per direction).
     """
     s, beta = int(stride), float(gain)
-    drops = np.arange(-0.25, 1.5501, 0.1) if drops is None else np.asarray(drops, float)
+    drops = np.arange(-2, 16) * 0.1 if drops is None else np.asarray(drops, float)
     centring = np.eye(s) - 1.0 / s
     e = centring[0] / np.linalg.norm(centring[0])
     across = centring - np.outer(e, e)
@@ -422,3 +435,32 @@ def escape_rate(path, stride, lr, batch, grid=4000):
 def escape_probability(rate, time):
     """P(a run has left the uniform well by time t) = 1 - exp(-rate t) (Poisson escapes)."""
     return 1.0 - math.exp(-rate * time)
+
+
+def delta_max_with_escape(
+    floor, stride, p_escape, escaped_delta_max, seeds=1, level=0.95, draws=DRAWS, seed=0
+):
+    """delta_max when each run has left the uniform well with probability p_escape.
+
+    floor: noise_floor's dict (its pooling_sd and eval_sd); stride s;
+    escaped_delta_max: delta_max of the state an escaped run reaches (the (s-1)-phase
+    state, theory.phase_accuracy_profile); seeds: runs averaged, each escaping
+    independently (the held-out error is shared, as in delta_max_distribution).
+    Returns a dict: delta_max_mean (expected, one run) = p escaped + (1 - p) floor mean,
+    and mean_of_seeds_interval, the central `level` interval of the seed mean (a mixture:
+    binomial number of escapes). Monte Carlo over `draws` from `seed`.
+    """
+    rng = np.random.default_rng(seed)
+    s = int(stride)
+    pooling = floor["pooling_sd"] * rng.standard_normal((draws, seeds, s))
+    held_out = floor["eval_sd"] * rng.standard_normal((draws, 1, s))
+    ranges = np.ptp(pooling + held_out, axis=-1)
+    escaped = rng.random((draws, seeds)) < p_escape
+    runs = np.where(escaped, escaped_delta_max, ranges)
+    tails = [(1.0 - level) / 2.0, (1.0 + level) / 2.0]
+    return {
+        "delta_max_mean": float(
+            p_escape * escaped_delta_max + (1 - p_escape) * ranges[:, 0].mean()
+        ),
+        "mean_of_seeds_interval": tuple(float(q) for q in np.quantile(runs.mean(1), tails)),
+    }

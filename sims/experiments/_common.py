@@ -42,6 +42,7 @@ VERSIONS = dict.fromkeys(FIGURES, 1) | {
     "pooling_dynamics": 2,
     "mitigations": 3,
     "head_ablation": 2,
+    "operators": 2,
     "support_size": 3,
 }
 

@@ -126,7 +126,15 @@ def _variant(config: TrainConfig, model: RetrievalModel) -> dict:
     }
 
 
-def ablate(config: TrainConfig, model: RetrievalModel, samples: int | None = None) -> dict:
+PREDICTIONS = ("phase_accuracy", "effect", "activation_patch", "patch")
+
+
+def ablate(
+    config: TrainConfig,
+    model: RetrievalModel,
+    samples: int | None = None,
+    predictions: Sequence[str] = PREDICTIONS,
+) -> dict:
     """Every intervention on one trained model, measured and predicted, as plain values.
 
     Returns `phase_accuracy` (s,), `effect` (H, s) ablation drop with `effect_ci` (H, s, 2),
@@ -134,6 +142,8 @@ def ablate(config: TrainConfig, model: RetrievalModel, samples: int | None = Non
     their predictions (phase-weighted operators only, else None), `activation_patch`
     (H, s) accuracy restored over the corrupted context (`corrupted_accuracy` (s,)) and
     its prediction, `specialization` (H,) from the effect matrix, `pooling_weights`.
+    `predictions`: which of PREDICTIONS to compute (`predicted_<name>`; "patch" gives
+    `predicted_patch_zero` and `predicted_patch_uniform`), each a few readout_accuracy calls.
     """
     samples = samples or config.eval_samples
     heads, stride = config.heads, config.stride
@@ -188,12 +198,15 @@ def ablate(config: TrainConfig, model: RetrievalModel, samples: int | None = Non
     if weights is not None and config.operator in ("softmax_pool", "mean_pool", "linear"):
         variant = _variant(config, model)
         args = (weights, gain, config.chunks, config.dim)
-        out["predicted_phase_accuracy"] = theory.readout_accuracy(*args, **variant).tolist()
-        out["predicted_effect"] = theory.ablation_effect(*args, **variant).tolist()
-        out["predicted_activation_patch"] = theory.activation_patch_effect(
-            *args, **variant
-        ).tolist()
-        if not (config.stagger or config.overlap or config.rope_anchor):
+        predict = {
+            "phase_accuracy": theory.readout_accuracy,
+            "effect": theory.ablation_effect,
+            "activation_patch": theory.activation_patch_effect,
+        }
+        for name, predict_fn in predict.items():
+            if name in predictions:
+                out[f"predicted_{name}"] = predict_fn(*args, **variant).tolist()
+        if "patch" in predictions and not (config.stagger or config.overlap or config.rope_anchor):
             out["predicted_patch_zero"] = theory.pooling_patch_effect(*args, 0.0).tolist()
             out["predicted_patch_uniform"] = theory.pooling_patch_effect(
                 *args, 1.0 / stride

@@ -5,7 +5,7 @@ import numpy as np
 from figures.style import figure
 
 CAPTION = (
-    "Accuracy lost at each needle phase when one head is removed from the head average, for 1, 2, 4 and 8 SGD-trained heads (top: measured; bottom: best-head-rule prediction).",
+    "Accuracy lost at each needle phase when one head is removed from the head average, for 1, 2, 4 and 8 SGD-trained heads (top: measured; bottom: head-averaged readout prediction, theory.interventions.readout_accuracy).",
     "Heads divide the phases between them; columns with no bright cell are phases no head covers: weak spots that capacity alone does not explain.",
 )
 
@@ -29,6 +29,6 @@ def make(results, predictions):
     fig.colorbar(im, ax=axes, shrink=0.8, label="accuracy drop when head h is ablated")
     fig.suptitle(
         "Heads divide the phases; some phases are covered by no head\n"
-        "(measured: SGD d=64, s=8, N=64, gain 16; predicted: best-head rule)"
+        "(measured: SGD d=64, s=8, N=64, gain 16; predicted: head-averaged readout)"
     )
     return fig

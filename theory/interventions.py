@@ -61,7 +61,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import ndtr
+from jax.scipy.special import logsumexp, ndtr
 from scipy.special import ndtri, roots_genlaguerre
 from scipy.stats import qmc
 
@@ -121,7 +121,14 @@ def _needle_wins(log_needle, log_rest, log_distractor, slope, node_weight, distr
             new = jnp.where((step >= lo) & (step <= hi), step, 0.5 * (lo + hi))
             return i + 1, new, lo, hi, jnp.max(jnp.abs(new - x))
 
-        state = (0, jnp.zeros_like(lo), lo, hi, jnp.inf)
+        # Start where the vote margin would vanish if every sigmoid were in its exponential
+        # tail with the mean slope: exact for one head far from saturation.
+        slope = jnp.mean(k)
+        level = jnp.log(total / (jnp.sum(vote, -1) - total))
+        start = (
+            level - logsumexp(shift + jnp.log(vote / jnp.sum(vote, -1, keepdims=True)), -1)
+        ) / slope
+        state = (0, jnp.clip(start, lo, hi), lo, hi, jnp.inf)
         x = jax.lax.while_loop(lambda st: (st[0] < 100) & (st[4] > ROOT_TOL), newton, state)[1]
         x = jnp.where(below, -jnp.inf, jnp.where(above, jnp.inf, x))
         g = jnp.mean(ndtr(x), axis=1)  # (K,)

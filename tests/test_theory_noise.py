@@ -174,7 +174,7 @@ def metastable_path():
     return escape_path(4, 64, 64, 16.0, samples=2**16)  # about 70 s on 2 cores
 
 
-@pytest.mark.slow  # about 4 min on 2 cores
+@pytest.mark.slow  # about 3 min on 2 cores
 @pytest.mark.parametrize(
     ("lr", "steps"),
     [
@@ -184,7 +184,7 @@ def metastable_path():
             600,
             marks=pytest.mark.xfail(
                 strict=True,
-                reason="barrier 2.3 T: the 1-D passage model predicts P = 0.73-0.81, SGD "
+                reason="barrier 2.5 T: the 1-D passage model predicts P = 0.73-0.81, SGD "
                 "escapes in about 0.3-0.4 of runs (theory.noise escape section)",
             ),
         ),

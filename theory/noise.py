@@ -40,8 +40,8 @@ Checked against SGD (d = 64, gain 16, batch 256, 8 seeds, eval 2048): module tes
 issue report. Outside the linear regime this is no prediction: where a specialised state
 is also stable and the barrier to it is a few noise temperatures T = kappa S high, SGD
 escapes; escape_rate (below) predicts how often, reliably from ~5 T up. At s=4, N=64 the
-finite-d loss along dropping one phase rises by only 0.0024 before falling 0.030 below
-uniform: 2.3 T at lr 2 (7 of 24 runs collapsed onto 3 phases in 600 steps), 9 T at lr 0.5
+finite-d loss along dropping one phase rises by only 0.0026 before falling 0.030 below
+uniform: 2.5 T at lr 2 (7 of 24 runs collapsed onto 3 phases in 600 steps), 10 T at lr 0.5
 (none of 16 in 2400 steps, and the floor holds). At s=8, N=12 the far side of the path
 stays above uniform (8 T up at lr 2): no escapes seen (0 of 24).
 """
@@ -280,17 +280,17 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
 # (kramers_rate), which is only asymptotic in barrier / T.
 #
 # Checked (s=4, N=64, gain 16, d=64, batch 256, t = 1200; escaped = min alpha < 0.1 at
-# the end; 2^18 problems: barrier 0.0024 at u = 0.45, saddle curvature -0.061 along,
-# +0.29 across, well 0.127; the noise along the path falls from 0.257 to 0.12 at the
+# the end; 2^18 problems: barrier 0.0026 at u = 0.5, saddle curvature -0.062 along,
+# +0.31 across, well 0.132; the noise along the path falls from 0.257 to 0.12 at the
 # saddle, so the passage model's exponent is ~1.5 x barrier / T):
-#   lr 2,   600 steps (barrier 2.3 T): passage P = 0.73, Kramers 0.99; SGD 7/24 (0.29) and,
+#   lr 2,   600 steps (barrier 2.5 T): passage P = 0.73, Kramers 0.90; SGD 7/24 (0.29) and,
 #           same loss on fresh jax batches (own loop, not the trainer), 54/128 (0.42).
-#   lr 1,  1200 steps (4.7 T): passage 0.04, Kramers 0.36; SGD 1/16.
-#   lr 0.5, 2400 steps (9.4 T): passage 4e-5, Kramers 0.004; SGD 0/16.
+#   lr 1,  1200 steps (5.1 T): passage 0.04, Kramers 0.17; SGD 1/16.
+#   lr 0.5, 2400 steps (10 T): passage 4e-5, Kramers 0.001; SGD 0/16.
 #   s=8, N=12, lr 2: the loss maximum on the path is 8.2 T up and the far side stays above
 #           uniform; passage P ~ 1e-9; SGD 0/24.
 # Harmonic Kramers is far off below ~5 T (it ignores the falling noise); the passage model
-# holds from ~5 T up but over-predicts by a factor ~2-4 in rate at 2.3 T. The MC barrier
+# holds from ~5 T up but over-predicts by a factor ~2-4 in rate at 2.5 T. The MC barrier
 # itself moves by ~0.0003 (0.3 T at lr 2) between samples of 2^16 problems.
 
 

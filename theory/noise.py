@@ -293,7 +293,7 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
 # holds from ~5 T up but over-predicts by a factor ~2-4 in rate at 2.5 T: the same
 # temperature in near-continuous time (own loop, lr 0.25, batch 32, 4800 steps) escapes in
 # 33/64 (0.52), so ~1.8x is the 1-D reduction (transverse modes taken as harmonic about
-# the line, though their curvature changes 8-fold across the well) and ~1.3x is lr 2's
+# the line, though their curvature grows 7-fold from u = -0.2 to the saddle) and ~1.3x is lr 2's
 # discreteness. The MC barrier
 # itself moves by ~0.0003 (0.3 T at lr 2) between samples of 2^16 problems.
 

@@ -43,6 +43,12 @@ from .mitigations import stagger_offsets as stagger_offsets
 from .mitigations import staggered_coverage as staggered_coverage
 from .noise import accuracy_sensitivity as accuracy_sensitivity
 from .noise import delta_max_distribution as delta_max_distribution
+from .noise import delta_max_with_escape as delta_max_with_escape
+from .noise import escape_path as escape_path
+from .noise import escape_probability as escape_probability
+from .noise import escape_rate as escape_rate
+from .noise import first_passage_time as first_passage_time
+from .noise import kramers_rate as kramers_rate
 from .noise import logit_variance as logit_variance
 from .noise import noise_floor as noise_floor
 from .noise import stationary_covariance as stationary_covariance

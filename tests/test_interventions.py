@@ -36,7 +36,7 @@ def test_single_head_accuracy_formula_matches_simulation():
         np.full((1, 8), 1 / 8),
         np.array([[0.3, 0.3, 0.3, 0.02, 0.02, 0.02, 0.02, 0.02]]),
     ):
-        report = ablate(config, _model(config, weights), SAMPLES)
+        report = ablate(config, _model(config, weights), SAMPLES, predictions=())
         predicted = theory.readout_accuracy(weights, config.gain, config.chunks, config.dim)
         np.testing.assert_allclose(report["phase_accuracy"], predicted, atol=TOL)
 
@@ -63,8 +63,8 @@ def test_permuting_heads_permutes_the_effect_matrix():
     config = TrainConfig(heads=4, eval_samples=256)
     weights = _specialised()
     perm = np.array([2, 0, 3, 1])
-    a = ablate(config, _model(config, weights), 256)
-    b = ablate(config, _model(config, weights[perm]), 256)
+    a = ablate(config, _model(config, weights), 256, predictions=())
+    b = ablate(config, _model(config, weights[perm]), 256, predictions=())
     np.testing.assert_allclose(np.asarray(b["effect"]), np.asarray(a["effect"])[perm], atol=1e-6)
     np.testing.assert_allclose(b["phase_accuracy"], a["phase_accuracy"], atol=1e-6)
 
@@ -81,7 +81,7 @@ def test_effect_specialization_limits():
 
 def _check_trained_four_heads(config):
     result = train(config)
-    report = ablate(config, result.model, config.eval_samples)
+    report = ablate(config, result.model, config.eval_samples, predictions=("effect",))
     effect = np.asarray(report["effect"])
     weights = np.asarray(report["pooling_weights"])
     covered = weights > 0.5 / config.stride

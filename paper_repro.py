@@ -9,12 +9,15 @@ report.csv in OUT: the agreement table (plus `sims.check.agreement_rows` when th
 exists), each figure with two lines on what it shows, and the run's provenance.
 Exit code 1 if any agreement row fails or a figure could not be made.
 
-Runtime measured on 2 CPU cores shared with other jobs (load average 6-7), cold (empty
-store and compilation cache): --quick 12.5 min wall, 8.3 min CPU (500 s user+sys), of
-which the 12 figures took 8 min and the `weakspots check` rows about 4 min; a rerun
-that reuses the store and the compilation cache takes 30 s. --full was not measured
-(no GPU was available); it trains the real-key operators and RoPE at 8 seeds and is
-expected to take hours on 2 CPU cores.
+Runtime on 2 CPU cores, cold (empty store and compilation cache), with a low-priority job
+beside it: --quick 309 s in the script (5:16 wall, 461 CPU-s); the slowest figures are
+pooling_dynamics (58 s, the L_d-corrected flow), mitigations (58 s) and head_ablation
+(51 s, both the head-averaged readout prediction). A rerun that reuses the store and the
+compilation cache takes about 30 s. --full has not been run to the end on CPU: at low
+priority beside four other jobs its first seven figures took 1402 s of wall time
+(support_size 787 s), and the eighth (operators, which trains the real-key operators at
+8 seeds) was still running after 66 minutes when it was stopped; about 51 CPU-minutes
+in all. It needs hours on 2 CPU cores, or a GPU (not measured: no device was lent).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ import numpy as np
 
 from idealized.loss import retrieval_loss
 
-from ._sigmoid import sigma_n
+from ._sigmoid import mse_drive, sigma_n
 from .accuracy import needle_accuracy
 from .thresholds import growth_rate
 
@@ -66,17 +66,16 @@ DRAWS = 20000  # Gaussian draws for the delta_max distribution
 
 
 def _loss_slope(margin, chunks, loss):
-    sigma = sigma_n(margin, chunks)
     if loss == "mse":
-        return -2.0 * chunks / (chunks - 1.0) * sigma * (1.0 - sigma) ** 2
+        return -chunks / (chunks - 1.0) * mse_drive(margin, chunks)
     if loss == "ce":
-        return -(1.0 - sigma)
+        return -(1.0 - sigma_n(margin, chunks))
     raise ValueError(f"loss must be mse or ce, got {loss!r}")
 
 
 @functools.partial(jax.jit, static_argnums=4)
 def _loss_derivatives(logits_a, gram, target, gain, loss):
-    """Hessian of the sample-mean loss and per-problem gradients, at pooling logits logits_a."""
+    """Sample-mean loss, its Hessian and the per-problem gradients, at pooling logits logits_a."""
 
     def problem_loss(a, gram, target):
         z = gain * gram @ jax.nn.softmax(a)
@@ -86,7 +85,7 @@ def _loss_derivatives(logits_a, gram, target, gain, loss):
         return jnp.mean(jax.vmap(problem_loss, (None, 0, 0))(a, gram, target))
 
     grads = jax.vmap(jax.grad(problem_loss), (None, 0, 0))(logits_a, gram, target)
-    return jax.hessian(mean_loss)(logits_a), grads
+    return mean_loss(logits_a), jax.hessian(mean_loss)(logits_a), grads
 
 
 def uniform_moments(stride, chunks, dim, gain, loss="mse", samples=MOMENT_SAMPLES, seed=0):
@@ -108,7 +107,7 @@ def uniform_moments(stride, chunks, dim, gain, loss="mse", samples=MOMENT_SAMPLE
     # sampler costs seconds to compile): r = |q|^2 ~ chi2_d / d; q . x ~ N(0, r/d) for
     # every other key; the needle's entry is r.
     gram, target = _problem_sample(s, chunks, dim, samples, seed)
-    hessian, grads = _loss_derivatives(jnp.zeros(s, jnp.float64), gram, target, beta, loss)
+    _, hessian, grads = _loss_derivatives(jnp.zeros(s, jnp.float64), gram, target, beta, loss)
     centring = np.eye(s) - 1.0 / s
     hessian = centring @ np.asarray(hessian) @ centring
     noise = centring @ np.cov(np.asarray(grads).T) @ centring
@@ -367,9 +366,9 @@ def escape_path(
         gram, target = _problem_sample(s, chunks, dim, block, seed * 100003 + b)
         for i, u in enumerate(drops):
             a = jnp.zeros(s, jnp.float64).at[0].set(-u)
-            h, grads = _loss_derivatives(a, gram, target, beta, loss)
+            value, h, grads = _loss_derivatives(a, gram, target, beta, loss)
             grads = np.asarray(grads)
-            mean_loss[i] += float(_mean_loss(a, gram, target, beta, loss)) / blocks
+            mean_loss[i] += float(value) / blocks
             hess[i] += np.asarray(h) / blocks
             g1[i] += grads.mean(0) / blocks
             g2[i] += grads.T @ grads / (block * blocks)
@@ -384,12 +383,6 @@ def escape_path(
         "transverse_curvature": np.einsum("ij,nji->n", across, hess) / max(s - 2, 1),
         "transverse_noise": np.einsum("ij,nji->n", across, cov) / max(s - 2, 1),
     }
-
-
-@functools.partial(jax.jit, static_argnums=4)
-def _mean_loss(logits_a, gram, target, gain, loss):
-    z = gain * gram @ jax.nn.softmax(logits_a)
-    return jnp.mean(jax.vmap(lambda zz, t: retrieval_loss(zz[None], t, loss))(z, target))
 
 
 def escape_rate(path, stride, lr, batch, grid=4000):

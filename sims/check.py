@@ -530,54 +530,50 @@ def sgd_rows(quick):
     ]
 
 
+def _flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=400.0, saves=41):
+    """Finite-d flows at each d on sample `sample_seed`, from the trainer's init (init_scale
+    0.3, seed `seed`). Returns (ts, pooling weights (D, T, H, s), start logits (1, H, s))."""
+    from sims.flow import finite_flow
+
+    ts = np.linspace(0.0, t_end, saves)
+    configs = [TrainConfig(dim=d, init_scale=0.3, seed=seed) for d in dims]
+    finite = finite_flow(configs, ts=ts, samples=samples, sample_seed=sample_seed, accuracy=False)
+    weights = np.asarray(finite.pooling_weights)
+    return ts, weights, np.log(weights[0, 0])[None]  # the trainer's logits, up to a constant
+
+
+def _reduced_weights(start, ts, dim=None):
+    """Pooling weights (T, H, s) of the reduced flow from `start`: L_inf, or L_d at `dim`."""
+    from sims.flow import reduced_flow
+
+    flow = reduced_flow(
+        stride=STRIDE, chunks=float(CHUNKS), gain=GAIN, init_pooling_logits=start, ts=ts, dim=dim
+    )
+    return np.asarray(flow.pooling_weights[0])
+
+
 def distance_to_reduced(dims, samples, seed=0, t_end=400.0, saves=41):
     """Max abs pooling-weight distance between the finite-d flow at each d and the reduced flow.
 
     Same start (the trainer's init at init_scale 0.3, seed `seed`); returns (dims, distances).
     """
-    from sims.flow import finite_flow, reduced_flow
-
-    ts = np.linspace(0.0, t_end, saves)
-    configs = [TrainConfig(dim=d, init_scale=0.3, seed=seed) for d in dims]
-    finite = finite_flow(configs, ts=ts, samples=samples, accuracy=False)
-    start = np.log(finite.pooling_weights[0, 0])  # the trainer's logits, up to a constant
-    reduced = reduced_flow(
-        stride=STRIDE, chunks=float(CHUNKS), gain=GAIN, init_pooling_logits=start[None], ts=ts
-    )
-    ref = np.asarray(reduced.pooling_weights[0])
-    return np.asarray(dims), np.max(np.abs(finite.pooling_weights - ref), axis=(1, 2, 3))
-
-
-def corrected_distance(dim, samples, seed=0, t_end=400.0, saves=41):
-    """The finite-d correction (theory.finite_d, reduced_flow(dim=d)) against sample noise.
-
-    Finite-d flows on two independent samples (sample seeds 0 and 1) from the trainer's
-    start (init_scale 0.3, seed `seed`), and the L_d flow from the same start. Returns
-    (max abs distance of sample 0's flow to the L_d flow, to the L_inf flow, and to
-    sample 1's flow): the last is the scale of the finite flow's own sample noise.
-    """
-    from sims.flow import finite_flow, reduced_flow
-
-    ts = np.linspace(0.0, t_end, saves)
-    config = TrainConfig(dim=dim, init_scale=0.3, seed=seed)
-    flows = [
-        finite_flow([config], ts=ts, samples=samples, sample_seed=k, accuracy=False) for k in (0, 1)
-    ]
-    a, b = (np.asarray(f.pooling_weights[0]) for f in flows)
-    start = np.log(a[0])[None]
-    common = dict(stride=STRIDE, chunks=float(CHUNKS), gain=GAIN, init_pooling_logits=start, ts=ts)
-    corrected = np.asarray(reduced_flow(**common, dim=float(dim)).pooling_weights[0])
-    uncorrected = np.asarray(reduced_flow(**common).pooling_weights[0])
-    return tuple(float(np.max(np.abs(a - other))) for other in (corrected, uncorrected, b))
+    ts, finite, start = _flows_from_the_trainers_start(dims, samples, seed, 0, t_end, saves)
+    return np.asarray(dims), np.max(np.abs(finite - _reduced_weights(start, ts)), axis=(1, 2, 3))
 
 
 def distance_rows(quick):
     dims = (64, 256, 1024) if quick else (64, 128, 256, 512, 1024)
     samples = 4096 if quick else 16384
-    dims, dist = distance_to_reduced(dims, samples=samples)
+    ts, finite, start = _flows_from_the_trainers_start(dims, samples)
+    dist = np.max(np.abs(finite - _reduced_weights(start, ts)), axis=(1, 2, 3))
     slope = float(np.polyfit(np.log(dims), np.log(dist), 1)[0])
     shown = ", ".join(f"d={d}: {x:.4f}" for d, x in zip(dims, dist, strict=True))
-    corrected, uncorrected, noise = corrected_distance(256, samples)
+    # The finite-d correction (theory.finite_d, reduced_flow(dim=d)) at d = 256 against the
+    # finite flow's own sample noise: the distance to the same flow on a second sample.
+    at = dims.index(256)
+    _, second, _ = _flows_from_the_trainers_start((256,), samples, sample_seed=1)
+    corrected = float(np.max(np.abs(finite[at] - _reduced_weights(start, ts, dim=256.0))))
+    uncorrected, noise = float(dist[at]), float(np.max(np.abs(finite[at] - second[0])))
     return [
         agreement_row(
             "finite-d flow -> reduced flow as 1/d (log-log slope of max abs distance)",

@@ -15,6 +15,10 @@ Both draw their normals with `standard_normal`: the construction of
 both 32-bit words of each counter-mode hash where `jax.random.normal` keeps one (the
 partitionable threefry XORs its two output words), which halves the generator's work.
 The norms come from `chi_square` (exact, no rejection loop: quicker to compile).
+The words come from `threefry_words`, the same Threefry-2x32 hash `jax.random.bits`
+applies, unrolled so that XLA fuses hash, normal map and scaling into one pass (on
+CPU jax lowers the hash as a loop, which writes the whole array out five times):
+the same bits, about twice as fast (`benchmarks/operator_step.py`).
 """
 
 from __future__ import annotations
@@ -45,10 +49,53 @@ def standard_normal(key: PRNGKeyArray, shape: tuple[int, ...], dtype=jnp.float32
 
 
 def random_words(key: PRNGKeyArray, shape: tuple[int, ...]) -> Array:
-    """Uniform 32-bit words of `shape`, two from each 64-bit draw (`jax_enable_x64` on)."""
+    """Uniform 32-bit words of `shape`, two from each 64-bit draw (`jax_enable_x64` on).
+
+    Bit for bit the words of `jax.random.bits(key, (ceil(size / 2),), uint64)` read as
+    pairs of 32-bit words (low word first); computed by `threefry_words` where that is
+    the generator behind `jax.random.bits`, else by `jax.random.bits` itself.
+    """
     size = math.prod(shape)
-    wide = jax.random.bits(key, (-(-size // 2),), jnp.uint64)
+    draws = -(-size // 2)
+    if _unrolled_threefry_applies(key, draws):
+        high, low = threefry_words(jax.random.key_data(key), draws)
+        return jnp.stack([low, high], axis=-1).reshape(-1)[:size].reshape(shape)
+    wide = jax.random.bits(key, (draws,), jnp.uint64)
     return jax.lax.bitcast_convert_type(wide, jnp.uint32).reshape(-1)[:size].reshape(shape)
+
+
+THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+THREEFRY_PARITY = np.uint32(0x1BD11BDA)
+
+
+def _unrolled_threefry_applies(key: PRNGKeyArray, draws: int) -> bool:
+    """`threefry_words` reproduces `jax.random.bits` for this key: partitionable threefry keys."""
+    return (
+        jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+        and str(jax.random.key_impl(key)) == "threefry2x32"
+        and jax.config.jax_threefry_partitionable
+        and draws < 2**32  # the high half of every counter is zero
+    )
+
+
+def threefry_words(key_data: Array, draws: int) -> tuple[Array, Array]:
+    """The high and low 32-bit words of `draws` 64-bit draws of partitionable Threefry-2x32.
+
+    Draw `i` hashes the counter `(0, i)` under the key `key_data = (k1, k2)`: 20 rounds of
+    add-rotate-xor with a key injection every 4 (Salmon et al. 2011, as in jax's
+    `threefry2x32` lowering), written out in full so that it fuses with its consumer.
+    """
+    k1, k2 = key_data[0], key_data[1]
+    schedule = (k1, k2, k1 ^ k2 ^ THREEFRY_PARITY)
+    high = jnp.broadcast_to(k1, (draws,))
+    low = jax.lax.iota(jnp.uint32, draws) + k2
+    for block in range(5):
+        for r in THREEFRY_ROTATIONS[block % 2]:
+            high = high + low
+            low = high ^ ((low << np.uint32(r)) | (low >> np.uint32(32 - r)))
+        high = high + schedule[(block + 1) % 3]
+        low = low + schedule[(block + 2) % 3] + np.uint32(block + 1)
+    return high, low
 
 
 def chi_square(key: PRNGKeyArray, dof: int, shape: tuple[int, ...], dtype=jnp.float32) -> Array:

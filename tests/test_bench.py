@@ -19,7 +19,7 @@ from benchmarks import naive_trainer, rng_limit, scipy_flow
 from idealized.config import TrainConfig
 from idealized.loss import objective
 from idealized.model import init_model
-from idealized.task import Batch, chi_square, normal_from_bits, standard_normal
+from idealized.task import Batch, chi_square, normal_from_bits, random_words, standard_normal
 from sims import bench
 from sims import train as trainer
 from sims.cli import bench as bench_cli
@@ -34,6 +34,22 @@ def test_normal_from_bits_is_jax_normal_map():
     expected = jax.random.normal(key, (1000, 7), jnp.float32)
     bits = jax.random.bits(key, (1000, 7), jnp.uint32)
     np.testing.assert_array_equal(np.asarray(normal_from_bits(bits)), np.asarray(expected))
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5, 2), (64, 8, 64)])
+def test_random_words_are_the_bits_of_jax_random_bits(shape):
+    """The unrolled hash gives jax.random.bits' own words, bit for bit (jitted, vmapped, odd sizes)."""
+    draws = -(-int(np.prod(shape)) // 2)
+
+    def reference(key):
+        wide = jax.random.bits(key, (draws,), jnp.uint64)
+        pairs = jax.lax.bitcast_convert_type(wide, jnp.uint32).reshape(-1)
+        return pairs[: int(np.prod(shape))].reshape(shape)
+
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(2024), len(shape)), 3)
+    fast = jax.jit(jax.vmap(lambda k: random_words(k, shape)))(keys)
+    np.testing.assert_array_equal(np.asarray(fast), np.asarray(jax.vmap(reference)(keys)))
+    assert fast.dtype == jnp.uint32
 
 
 def test_standard_normal_is_standard_normal():

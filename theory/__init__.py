@@ -62,7 +62,12 @@ from .rope import rope_attenuation_at as rope_attenuation_at
 from .rope import rope_frequencies as rope_frequencies
 from .rope import rope_weak_phases as rope_weak_phases
 from .support import covered as covered
+from .support import finite_d_support_rates as finite_d_support_rates
 from .support import internal_rate as internal_rate
+from .support import interpolated_finite_d_loss as interpolated_finite_d_loss
+from .support import interpolated_growth_rate as interpolated_growth_rate
+from .support import per_phase_loss as per_phase_loss
+from .support import per_phase_loss_coefficients as per_phase_loss_coefficients
 from .support import predicted_support_size as predicted_support_size
 from .support import reentry_margin as reentry_margin
 from .support import reentry_rate as reentry_rate

@@ -1,3 +1,5 @@
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,3 +69,25 @@ def test_deepseek_at_ratio_8_is_normalised_softmax_pooling(keys):
     rms = jnp.sqrt(jnp.mean(pooled**2, axis=-1, keepdims=True) + 1e-6)
     np.testing.assert_allclose(comp(x), pooled / rms / jnp.sqrt(D), rtol=1e-6)
     np.testing.assert_allclose(comp.pooling_weights(), jax.nn.softmax(logits, axis=-1), atol=1e-12)
+
+
+def test_low_rank_flat_product_equals_factored_form():
+    """The stacked-map product (the fast form) against the factored sum, values and gradients."""
+    rng = np.random.default_rng(4)
+    left, right = (jnp.asarray(rng.normal(size=(S, D, 3))) for _ in range(2))
+    keys = jnp.asarray(rng.normal(size=(N, S, D)))
+    probe = jnp.asarray(rng.normal(size=(N, D)))
+
+    def factored(keys, left, right):
+        return jnp.sum(keys, axis=1) / S + jnp.einsum("cjd,jdr,jer->ce", keys, right, left)
+
+    def loss(form, left, right):
+        return jnp.sum(probe * jnp.tanh(form(keys, left, right)))
+
+    np.testing.assert_allclose(
+        compression.low_rank(keys, left, right), factored(keys, left, right), rtol=0, atol=1e-12
+    )
+    fast = jax.grad(partial(loss, compression.low_rank), argnums=(0, 1))(left, right)
+    plain = jax.grad(partial(loss, factored), argnums=(0, 1))(left, right)
+    for f, p in zip(fast, plain, strict=True):
+        np.testing.assert_allclose(f, p, rtol=0, atol=1e-12)

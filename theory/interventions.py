@@ -412,6 +412,31 @@ def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=Fals
     return jnp.mean(jnp.stack(masses), axis=0)
 
 
+@functools.partial(jax.jit, static_argnames=("loss", "offsets", "overlap", "rope"))
+def _flow_weights(a0, gain, chunks, steps, entropy_weight, dt, *, loss, offsets, overlap, rope):
+    # One compilation per (heads, slots, loss, offsets, overlap, rope): the start, gain,
+    # chunks, time and entropy weight are traced, so seeds and sweeps share it.
+    heads = a0.shape[0]
+    gains = jnp.full((heads,), gain)
+    kappa = None
+    if rope is not None:
+        dim, rope_dim = rope
+        kappa = functools.partial(rope_attenuation_at, rope_dim=rope_dim, dim=dim, xp=jnp)
+
+    scale = (chunks - 1.0) / (chunks - 2.0) if overlap else chunks / (chunks - 1.0)
+
+    def objective(a):
+        pbar = reduced_needle_mass(a, gains, chunks, offsets, overlap, kappa)
+        data = scale * jnp.mean((1 - pbar) ** 2) if loss == "mse" else -jnp.mean(jnp.log(pbar))
+        logw = jax.nn.log_softmax(a, axis=-1)
+        entropy = -jnp.sum(jnp.exp(logw) * logw, axis=-1)
+        return data - entropy_weight * jnp.mean(entropy)
+
+    grad = jax.grad(objective)
+    final = jax.lax.fori_loop(0, steps, lambda _, x: x - dt * grad(x), a0)
+    return jax.nn.softmax(final, axis=-1)
+
+
 def reduced_flow_weights(
     pooling_logits,
     gain,
@@ -435,30 +460,20 @@ def reduced_flow_weights(
     nonlinear scale is 1/lambda ~ 20, so dt = 0.25 resolves it). Returns (H, S) weights.
     """
     a0 = jnp.asarray(pooling_logits, jnp.float64)
-    heads = a0.shape[0]
-    gains = jnp.full((heads,), float(gain))
-    kappa = None
-    if rope is not None:
-        dim, rope_dim = rope
-        kappa = functools.partial(rope_attenuation_at, rope_dim=rope_dim, dim=dim, xp=jnp)
-
-    scale = (chunks - 1.0) / (chunks - 2.0) if overlap else chunks / (chunks - 1.0)
-
-    def objective(a):
-        pbar = reduced_needle_mass(a, gains, chunks, offsets, overlap, kappa)
-        data = scale * jnp.mean((1 - pbar) ** 2) if loss == "mse" else -jnp.mean(jnp.log(pbar))
-        logw = jax.nn.log_softmax(a, axis=-1)
-        entropy = -jnp.sum(jnp.exp(logw) * logw, axis=-1)
-        return data - entropy_weight * jnp.mean(entropy)
-
-    grad = jax.jit(jax.grad(objective))
-    steps = int(round(time / dt))
-
-    @jax.jit
-    def run(a):
-        return jax.lax.fori_loop(0, steps, lambda _, x: x - dt * grad(x), a)
-
-    return np.asarray(jax.nn.softmax(run(a0), axis=-1))
+    f64 = functools.partial(jnp.asarray, dtype=jnp.float64)
+    weights = _flow_weights(
+        a0,
+        f64(gain),
+        f64(chunks),
+        jnp.asarray(int(round(time / dt))),
+        f64(entropy_weight),
+        f64(dt),
+        loss=loss,
+        offsets=None if offsets is None else tuple(int(o) for o in offsets),
+        overlap=bool(overlap),
+        rope=None if rope is None else tuple(rope),
+    )
+    return np.asarray(weights)
 
 
 def chunking_cost(stride, heads=1, overlap=False, offset_ensemble=1, stagger=False):

@@ -46,6 +46,19 @@ def _overlap_window(
     return jnp.concatenate([jnp.concatenate([first, prev], axis=0), own], axis=1)
 
 
+def _window_pool(score: Float[Array, "C p d"], kv: Float[Array, "C p d"]) -> Float[Array, "C d"]:
+    """`sum_p softmax_p(score)[p] kv[p]` per channel, as `sum_p e[p] kv[p] / sum_p e[p]`.
+
+    `e = exp(score - max_p score)`: the same value and gradient as softmax then sum (the
+    shift cancels, so it carries no gradient), with fewer passes over the window in the
+    backward pass (`benchmarks/operator_step.py` times both). Every block has at least
+    its own `ratio` finite slots, so the -inf masks give `e = 0`.
+    """
+    top = jax.lax.stop_gradient(jnp.max(score, axis=1, keepdims=True))
+    e = jnp.exp(score - top)
+    return jnp.sum(e * kv, axis=1) / jnp.sum(e, axis=1)
+
+
 def _rms_norm(y: Float[Array, "C d"], eps: float) -> Float[Array, "C d"]:
     return y / jnp.sqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
 
@@ -128,14 +141,7 @@ def deepseek_v4(
     if coff == 2:
         kv = _overlap_window(kv, head_dim, 0.0)
         score = _overlap_window(score, head_dim, -jnp.inf)
-    # The softmax-weighted sum as one ratio, sum_p e[p] kv[p] / sum_p e[p] with
-    # e = exp(score - max_p score): the same value and gradient as softmax then sum (the
-    # shift cancels, so it carries no gradient), with fewer passes over the window in
-    # the backward pass (1.26x per canonical training step; benchmarks/operator_step.py).
-    # Every block has at least its own `ratio` finite slots, so the -inf masks give e = 0.
-    top = jax.lax.stop_gradient(jnp.max(score, axis=1, keepdims=True))
-    e = jnp.exp(score - top)
-    pooled = jnp.sum(e * kv, axis=1) / jnp.sum(e, axis=1)
+    pooled = _window_pool(score, kv)
 
     keys = _rms_norm(pooled, eps)
     if rope_dim:

@@ -17,6 +17,9 @@ median over rounds of the ratio within a round (`paired_ratio`):
   at the same tolerances and save times, checked to agree.
 * `sharding_speedup`: the same training batch split over 2 forced host devices against 1
   (a subprocess: the device count is fixed when jax starts).
+* `operator_step_speedup` (full run only): per real-key operator (`max_pool`, `low_rank`,
+  `deepseek_v4`), the canonical training step with the plain sampler and operator forms
+  over the current ones, which give the same numbers (`benchmarks/operator_step.py`).
 
 Absolute rates are reported only off the CPU (`absolute`): on a shared CPU they say more
 about the neighbours than about the code.
@@ -39,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import idealized  # noqa: F401  (precision policy)
-from benchmarks import naive_trainer, rng_limit, scipy_flow
+from benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from idealized.config import TrainConfig
 from sims import flow
 from sims import train as trainer
@@ -69,6 +72,8 @@ class BenchSettings:
     sharding: bool = True
     shard_steps: int = 200
     shard_repeats: int = 3
+    operator_steps: int = 4  # real-key training steps per timed block (0: skip the comparison)
+    operator_repeats: int = 3
 
 
 FULL = BenchSettings()
@@ -80,6 +85,7 @@ QUICK = BenchSettings(
     flow_api=False,
     shard_steps=50,
     shard_repeats=2,
+    operator_steps=0,  # six compilations of the real-key step: minutes on 2 cores
 )
 
 
@@ -360,12 +366,18 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
     training = bench_training(settings, log)
     flows = bench_flow(settings, log)
     sharding = bench_sharding(settings, log) if settings.sharding else {"sharding_speedup": None}
+    operators = {}
+    if settings.operator_steps:
+        operators = operator_step.compare(
+            steps=settings.operator_steps, repeats=settings.operator_repeats, log=log
+        )
     result = {
         "speedup_vs_naive_loop": training["speedup_vs_naive_loop"]["wall"],
         "fraction_of_rng_limit": training["fraction_of_rng_limit"]["wall"],
         "flow_speedup_vs_scipy": flows["flow_speedup_vs_scipy"]["wall"],
         "flow_compile_seconds": flows["flow_compile_seconds"],
         "sharding_speedup": sharding["sharding_speedup"],
+        "operator_step_speedup": {op: r["speedup"]["wall"] for op, r in operators.items()} or None,
         "peak_memory_mb": training["peak_memory_mb"],
         "compile_seconds": training["compile_seconds"],
         "cpu_time_ratios": {
@@ -383,6 +395,7 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
             "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             **{k: v for k, v in flows.items() if k.startswith("reduced_flow_api")},
             **{k: v for k, v in sharding.items() if k != "sharding_speedup"},
+            "operator_steps": operators,
         },
         "absolute": None,
         "platform": platform,

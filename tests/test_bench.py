@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmarks import naive_trainer, rng_limit, scipy_flow
+from benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from idealized.config import TrainConfig
 from idealized.loss import objective
 from idealized.model import init_model
@@ -128,6 +128,19 @@ def test_scipy_and_diffrax_flows_agree():
     )
     assert np.max(np.abs(lsoda - np.asarray(diffrax))) < bench.FLOW_AGREEMENT
     assert np.max(np.abs(lsoda[:, -1] - lsoda[:, 0])) > 0.05  # it moved: the check has teeth
+
+
+def test_operator_step_plain_forms_swap_and_restore():
+    """The benchmark's plain forms are the ones traced inside the context, and only there."""
+    from idealized import compression, task
+    from idealized import deepseek_v4 as deepseek
+
+    current = (task.random_words, compression.low_rank, deepseek._window_pool)
+    with operator_step.plain_forms():
+        assert task.random_words is operator_step.bits_random_words
+        assert compression.low_rank is operator_step.factored_low_rank
+        assert deepseek._window_pool is operator_step.softmax_window_pool
+    assert (task.random_words, compression.low_rank, deepseek._window_pool) == current
 
 
 def test_paired_ratio_takes_ratios_within_rounds():

@@ -45,6 +45,7 @@ from .noise import accuracy_sensitivity as accuracy_sensitivity
 from .noise import delta_max_distribution as delta_max_distribution
 from .noise import delta_max_with_escape as delta_max_with_escape
 from .noise import escape_path as escape_path
+from .noise import escape_path_finite_d as escape_path_finite_d
 from .noise import escape_probability as escape_probability
 from .noise import escape_rate as escape_rate
 from .noise import first_passage_time as first_passage_time
@@ -62,6 +63,7 @@ from .rope import rope_attenuation_at as rope_attenuation_at
 from .rope import rope_frequencies as rope_frequencies
 from .rope import rope_weak_phases as rope_weak_phases
 from .support import covered as covered
+from .support import finite_d_support_loss as finite_d_support_loss
 from .support import finite_d_support_rates as finite_d_support_rates
 from .support import internal_rate as internal_rate
 from .support import interpolated_finite_d_loss as interpolated_finite_d_loss

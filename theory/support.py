@@ -423,3 +423,14 @@ def finite_d_support_rates(stride, chunks, gain, dim, support_size):
     direction[:2] = (1.0, -1.0) if k > 1 else (0.0, 0.0)
     internal, reentry = _support_rates(jnp.asarray(weights), jnp.asarray(direction), coefficients)
     return float(internal), float(reentry)
+
+
+def finite_d_support_loss(stride, chunks, gain, dim, support_size):
+    """L_d at the k-phase state (alpha = 1/k on k phases, 0 elsewhere), through the interpolant.
+
+    The finite-d counterpart of support_loss (which it approaches as d -> inf). Returns a float.
+    """
+    k, s = int(support_size), int(stride)
+    weights = jnp.asarray(np.where(np.arange(s) < k, 1.0 / k, 0.0))
+    coefficients = jnp.asarray(per_phase_loss_coefficients(chunks, gain, dim))
+    return float(jnp.mean(_surrogate_terms(weights, coefficients)[0]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import theory
@@ -93,20 +95,63 @@ def uniform_noise_floor(size: Size, stride: int, chunks: int) -> dict:
     )
 
 
-def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
-    """Support-size distribution from near-uniform starts (theory.predicted_support_size), the
-    admissible set, and delta_max of the most probable k-state at d = 64 (theory.accuracy).
+def finite_d_starts(size: Size) -> int:
+    """Isotropic starts of the d = 64 flow: half the d = inf count (each costs ~10x more; the
+    finite-d outcome is measured to be a near-single k at every point), at least 16."""
+    return max(16, size.support_samples // 2)
 
-    Where uniform pooling is stable (k = s) the k-state's delta_max is 0 and what SGD shows is
-    its noise floor (theory.noise_floor): the prediction is the expected delta_max, and the
-    tolerance the predicted 95% interval of the mean over this size's seeds (its wider side).
+
+@functools.cache
+def finite_d_support(stride, chunks, samples) -> tuple:
+    """theory.predicted_support_size under L_d at d = DIM, memoised in-process."""
+    return theory.predicted_support_size(stride, chunks, GAIN, samples=samples, dim=DIM)
+
+
+def metastable_uniform(stride, chunks, admissible) -> bool:
+    """Uniform stable at d = DIM, but an admissible (s-1)-phase state lies below it in L_d."""
+    return stride - 1 in admissible and theory.finite_d_support_loss(
+        stride, chunks, GAIN, DIM, stride - 1
+    ) < theory.finite_d_support_loss(stride, chunks, GAIN, DIM, stride)
+
+
+ESCAPE_SAMPLES = 2**14  # Monte Carlo problems for the gradient noise along the escape path
+
+
+def uniform_escape(size: Size, stride: int, chunks: int) -> dict:
+    """P(a run has left the uniform well by the end of training) from theory.escape_rate.
+
+    The path's loss and curvatures are L_d's (theory.escape_path_finite_d), its gradient
+    noise Monte Carlo; t = lr * steps. Returns escape_rate's dict with p_escape added.
+    """
+    c = base_config(size, stride=stride, chunks=chunks)
+    path = theory.escape_path_finite_d(stride, chunks, DIM, GAIN, samples=ESCAPE_SAMPLES)
+    escape = theory.escape_rate(path, stride, c.lr, c.batch)
+    return escape | {"p_escape": theory.escape_probability(escape["rate"], c.lr * c.steps)}
+
+
+def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
+    """Support-size distribution from near-uniform starts and delta_max of the state reached.
+
+    The distribution comes from the flow of the finite-d expected loss L_d at d = 64, the
+    SGD runs' dimension (theory.predicted_support_size(dim=64), admissible sizes at d = 64);
+    the d = inf flow's distribution is kept beside it (sizes_inf, probabilities_inf). delta_max
+    is that of the most probable k-state at d = 64 (theory.accuracy). Where uniform pooling
+    is stable (k = s) the k-state's delta_max is 0 and what SGD shows is its noise floor
+    (theory.noise_floor): the prediction is the expected delta_max, and the tolerance the
+    predicted 95% interval of the mean over this size's seeds (its wider side). Where at
+    d = 64 uniform is only metastable (an (s-1)-phase state is admissible too and lower past
+    a saddle), runs escape with theory.escape_rate's probability, and the prediction is the
+    mixture of floor and escaped state (theory.delta_max_with_escape).
     """
 
     def compute():
         out = []
         for p in results["points"]:
             s, n = p["stride"], p["chunks"]
-            sizes, probs, admissible = support_prediction(s, n, GAIN, size.support_samples)
+            sizes_inf, probs_inf, admissible_inf = support_prediction(
+                s, n, GAIN, size.support_samples
+            )
+            sizes, probs, admissible = finite_d_support(s, n, finite_d_starts(size))
             k = int(sizes[np.argmax(probs)])
             profile = theory.phase_accuracy_profile(s, n, k, DIM, dropped_weight=1e-3)
             point = {
@@ -115,6 +160,9 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
                 "sizes": sizes,
                 "probabilities": probs,
                 "admissible": admissible,
+                "sizes_inf": sizes_inf,
+                "probabilities_inf": probs_inf,
+                "admissible_inf": admissible_inf,
                 "k": k,
                 "delta_max": float(theory.delta_max(profile)),
                 "delta_max_tolerance": DELTA_MAX_TOLERANCE,
@@ -123,9 +171,23 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
                 floor = uniform_noise_floor(size, s, n)
                 mean = floor["delta_max_mean"]
                 low, high = floor["mean_of_seeds_interval"]
+                point["noise_floor"] = floor
+                if metastable_uniform(s, n, admissible):
+                    escape = uniform_escape(size, s, n)
+                    escaped = theory.phase_accuracy_profile(s, n, s - 1, DIM, dropped_weight=1e-3)
+                    mixture = theory.delta_max_with_escape(
+                        floor,
+                        s,
+                        escape["p_escape"],
+                        float(theory.delta_max(escaped)),
+                        seeds=_seeds(size, s, n),
+                        level=NOISE_FLOOR_LEVEL,
+                    )
+                    mean = mixture["delta_max_mean"]
+                    low, high = mixture["mean_of_seeds_interval"]
+                    point["escape"] = escape
                 point["delta_max"] = mean
                 point["delta_max_tolerance"] = max(high - mean, mean - low)
-                point["noise_floor"] = floor
             out.append(point)
         return {"points": out}
 
@@ -137,13 +199,24 @@ def rows_support_size(results: dict, predictions: dict) -> list[dict]:
     for p, q in zip(results["points"], predictions["points"], strict=True):
         cfg = f"s={p['stride']} N={p['chunks']} gain=16 d=64"
         rows.append(
-            row("support size k (SGD mode)", cfg, q["k"], sgd=_mode(p["support"]), tolerance=0.0)
+            row(
+                "support size k (SGD mode; L_d flow at d=64)",
+                cfg,
+                q["k"],
+                sgd=_mode(p["support"]),
+                tolerance=0.0,
+            )
         )
+        if "escape" in q:
+            name = "delta_max: floor + escapes (k = s metastable; 1-D passage P(escape))"
+            cfg += f" P(escape)={q['escape']['p_escape']:.2f}"
+        elif q["k"] == p["stride"]:
+            name = "delta_max noise floor (k = s)"
+        else:
+            name = "delta_max of the k-state"
         rows.append(
             row(
-                "delta_max noise floor (k = s)"
-                if q["k"] == p["stride"]
-                else "delta_max of the k-state",
+                name,
                 cfg,
                 q["delta_max"],
                 sgd=float(np.mean(p["delta_max"])),

@@ -68,6 +68,7 @@ from .support import finite_d_support_rates as finite_d_support_rates
 from .support import internal_rate as internal_rate
 from .support import interpolated_finite_d_loss as interpolated_finite_d_loss
 from .support import interpolated_growth_rate as interpolated_growth_rate
+from .support import isotropic_starts as isotropic_starts
 from .support import per_phase_loss as per_phase_loss
 from .support import per_phase_loss_coefficients as per_phase_loss_coefficients
 from .support import predicted_support_size as predicted_support_size

@@ -148,6 +148,13 @@ def covered(pooling_weights, stride):
     return np.asarray(pooling_weights) > 0.5 / stride
 
 
+def isotropic_starts(stride, samples, seed=0, amplitude=1e-3, heads=1):
+    """Pooling logits amplitude * z / |z|, z standard normal (samples, H, s), from seed."""
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal((samples, heads, stride))
+    return amplitude * z / np.linalg.norm(z, axis=(-2, -1), keepdims=True)
+
+
 def sampled_final_weights(
     stride,
     chunks,
@@ -177,9 +184,7 @@ def sampled_final_weights(
         lam = float(growth_rate(stride, chunks, gain, heads, loss))
     if not lam > 0:
         return np.full((samples, heads, stride), 1.0 / stride)
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal((samples, heads, stride))
-    z = amplitude * z / np.linalg.norm(z, axis=(-2, -1), keepdims=True)
+    z = isotropic_starts(stride, samples, seed, amplitude, heads)
     if settle is None:
         settle = FINITE_D_SETTLE if finite else 4000.0
     t_end = math.log(1.0 / amplitude) / lam + settle

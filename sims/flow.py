@@ -172,9 +172,11 @@ def initial_pooling_logits(key, heads, stride, init_scale):
 
 @functools.partial(
     jax.jit,
-    static_argnames=("loss", "gain_parametrisation", "max_steps"),
+    static_argnames=("loss", "gain_parametrisation", "max_steps", "with_event"),
 )
-def _solve_batch(y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps):
+def _solve_batch(
+    y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, with_event
+):
     loss_fn = functools.partial(
         reduced_objective, loss=loss, gain_parametrisation=gain_parametrisation
     )
@@ -197,18 +199,20 @@ def _solve_batch(y0, args, ts, event_level, rtol, atol, loss, gain_parametrisati
         )
 
     def one(y0, args, event_level):
-        # One solve, vmapped over (event off: the trajectory; event on: the event time).
-        sols = jax.vmap(solve, in_axes=(None, None, 0, None))(
-            y0, args, jnp.array([False, True]), event_level
-        )
+        # One solve, vmapped over (event off: the trajectory; event on: the event time);
+        # without the event only the first (vmapped solves step together: half the work).
+        flags = jnp.array([False, True]) if with_event else jnp.array([False])
+        sols = jax.vmap(solve, in_axes=(None, None, 0, None))(y0, args, flags, event_level)
         failed = sols.result._value[0] != diffrax.RESULTS.successful._value
         ys = jax.tree_util.tree_map(lambda x: jnp.where(failed, jnp.nan, x[0, :-1]), sols.ys)
         losses = jax.vmap(loss_fn, in_axes=(0, None))(ys, args)
-        started = specialization_order(y0.pooling_logits) >= event_level
-        hit = jnp.asarray(sols.event_mask)[1]
-        # An event stops the save grid early; its time is the last finite saved time.
-        t_event = jnp.max(jnp.where(jnp.isfinite(sols.ts[1]), sols.ts[1], -jnp.inf))
-        t_star = jnp.where(started, ts[0], jnp.where(hit, t_event, jnp.inf))
+        t_star = jnp.nan
+        if with_event:
+            started = specialization_order(y0.pooling_logits) >= event_level
+            hit = jnp.asarray(sols.event_mask)[1]
+            # An event stops the save grid early; its time is the last finite saved time.
+            t_event = jnp.max(jnp.where(jnp.isfinite(sols.ts[1]), sols.ts[1], -jnp.inf))
+            t_star = jnp.where(started, ts[0], jnp.where(hit, t_event, jnp.inf))
         return FlowHistory(
             times=ts,
             pooling_weights=jax.nn.softmax(ys.pooling_logits, axis=-1),
@@ -253,7 +257,8 @@ def reduced_flow(
     compilation serves every value (shapes are set by stride, heads, len(ts)).
     stride s, heads H; loss "mse" | "ce"; t_end or ts (T,) the save times;
     phase_scale: optional (s,) needle-logit factor (theory.rope); rtol/atol of the PID
-    controller; event_level: the specialisation event (theory.specialization_time).
+    controller; event_level: the specialisation event (theory.specialization_time), or
+    None to skip it (specialization_time nan; the event's solve is half the cost).
     dim: None for L_inf; else d, a scalar or (B,) (one compilation serves every d), and
     the flow follows the finite-d expected loss L_d (theory.finite_d_loss; heads=1, mse).
     Returns FlowHistory with a leading batch axis (B,) on every field; a run whose solve
@@ -303,12 +308,13 @@ def reduced_flow(
         y0,
         args,
         ts,
-        per_run(event_level),
+        per_run(0.0 if event_level is None else event_level),
         rtol,
         atol,
         loss,
         gain_parametrisation,
         max_steps,
+        event_level is not None,
     )
 
 

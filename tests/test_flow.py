@@ -79,3 +79,15 @@ def test_one_compilation_serves_a_sweep():
         **kwargs,
     )
     assert flow._solve_batch._cache_size() == before
+
+
+def test_skipping_the_event_keeps_the_trajectory():
+    # event_level=None drops the event's solve; the saved trajectory is the same solve.
+    keys = jax.random.split(jax.random.PRNGKey(3), BATCH)
+    kwargs = dict(stride=8, chunks=64.0, gain=16.0, init_scale=1e-2, t_end=200.0, n_save=N_SAVE)
+    full = reduced_flow(keys, **kwargs)
+    bare = reduced_flow(keys, event_level=None, **kwargs)
+    assert np.isfinite(full.specialization_time).any()  # the event does fire on this grid
+    assert np.all(np.isnan(bare.specialization_time))
+    np.testing.assert_allclose(bare.pooling_weights, full.pooling_weights, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(bare.loss, full.loss, rtol=1e-12, atol=0)

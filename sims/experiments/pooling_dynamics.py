@@ -53,6 +53,7 @@ def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
             dim=np.asarray([c.dim for c in configs], float),
             rtol=1e-7,
             atol=1e-9,
+            event_level=None,  # only the weights are kept: no specialisation-event solve
         )
         corrected_weights = np.asarray(corrected.pooling_weights, float)
         runs = []

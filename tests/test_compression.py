@@ -81,13 +81,16 @@ def test_low_rank_flat_product_equals_factored_form():
     def factored(keys, left, right):
         return jnp.sum(keys, axis=1) / S + jnp.einsum("cjd,jdr,jer->ce", keys, right, left)
 
-    def loss(form, left, right):
-        return jnp.sum(probe * jnp.tanh(form(keys, left, right)))
+    @jax.jit  # one compilation for both forms (eager dispatch costs seconds under load)
+    def both(left, right):
+        def loss(form, left, right):
+            return jnp.sum(probe * jnp.tanh(form(keys, left, right)))
 
-    np.testing.assert_allclose(
-        compression.low_rank(keys, left, right), factored(keys, left, right), rtol=0, atol=1e-12
-    )
-    fast = jax.grad(partial(loss, compression.low_rank), argnums=(0, 1))(left, right)
-    plain = jax.grad(partial(loss, factored), argnums=(0, 1))(left, right)
-    for f, p in zip(fast, plain, strict=True):
+        return [
+            (form(keys, left, right), jax.grad(partial(loss, form), argnums=(0, 1))(left, right))
+            for form in (compression.low_rank, factored)
+        ]
+
+    fast, plain = both(left, right)
+    for f, p in zip(jax.tree.leaves(fast), jax.tree.leaves(plain), strict=True):
         np.testing.assert_allclose(f, p, rtol=0, atol=1e-12)

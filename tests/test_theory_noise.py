@@ -255,3 +255,26 @@ def test_escape_mixture_limits_are_the_floor_and_the_escaped_state():
     half = delta_max_with_escape(floor, 4, 0.5, 0.97, seeds=4, level=0.95)
     low, high = half["mean_of_seeds_interval"]
     assert low < 0.97 / 4 < 3 * 0.97 / 4 < high
+
+
+ESCAPE_NOISE_RTOL = 0.06  # two Monte Carlo estimates of c (2^14 problems each): ~1.5% apart measured
+
+
+def test_finite_d_escape_path_starts_at_the_uniform_curvature_and_noise():
+    """Its loss and curvature come from L_d's interpolant, its noise from fresh problems: at
+    u = 0 they must give lambda_d (the quadrature's Hessian) and uniform_moments' c."""
+    from theory import escape_path_finite_d, growth_rate_finite_d
+
+    path = escape_path_finite_d(4, 64, 64, 16.0, drops=np.array([-0.1, 0.0, 0.1, 0.5]))
+    well = 1
+    assert path["loss"][well] == 0.0
+    assert path["curvature"][well] == pytest.approx(
+        -growth_rate_finite_d(4, 64, 16.0, 64), rel=1e-4
+    )
+    # by symmetry, at uniform pooling the along and transverse directions are equivalent
+    assert path["transverse_curvature"][well] == pytest.approx(path["curvature"][well], rel=1e-6)
+    _, c = uniform_moments(4, 64, 64, 16.0, samples=2**14, seed=7)
+    assert path["noise"][well] == pytest.approx(c, rel=ESCAPE_NOISE_RTOL)
+    # the barrier of L_d at s=4, N=64, gain 16, d=64 (theory.noise escape section: 0.0026
+    # from 2^18 Monte Carlo problems of the trainer's loss, +- 0.0003)
+    assert path["loss"][3] == pytest.approx(0.0026, abs=3e-4)

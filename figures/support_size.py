@@ -16,8 +16,8 @@ def _axis(results, predictions, axis):
 
 
 CAPTION = (
-    "Top: support size k reached (theory: distribution from near-uniform starts, bar thickness = probability, grey = admissible k; points = SGD) against N and against s.",
-    "Bottom: delta_max of the resulting profile at d=64: the k-state prediction against SGD (mean, min-max over seeds).",
+    "Top: support size k reached (theory: distribution from near-uniform starts under the finite-d loss L_d at d=64, bar thickness = probability, grey = admissible k at d=64; dotted: most probable k of the d=inf flow; points = SGD) against N and against s.",
+    "Bottom: delta_max at d=64: the k-state prediction (where uniform is stable, its SGD noise floor; where it is only metastable, the floor and escaped-state mixture) against SGD (mean, min-max over seeds).",
 )
 
 
@@ -34,7 +34,10 @@ def make(results, predictions):
                 ax.vlines(xi, adm.min() - 0.2, adm.max() + 0.2, color="0.8", lw=7, zorder=0)
             for k, prob in zip(q["sizes"], q["probabilities"], strict=True):
                 ax.plot(xi, k, "_", color="black", ms=14, mew=1 + 3 * prob, zorder=1)
-        ax.plot(x, [q["k"] for q in pred], label="theory: most probable k", **THEORY)
+        ax.plot(x, [q["k"] for q in pred], label="theory: most probable k (L_d, d=64)", **THEORY)
+        if all("sizes_inf" in q for q in pred):
+            k_inf = [q["sizes_inf"][int(np.argmax(q["probabilities_inf"]))] for q in pred]
+            ax.plot(x, k_inf, ":", color="0.4", label="d=inf flow: most probable k")
         mean, yerr = spread_yerr([p["support"] for p in meas])
         ax.errorbar(
             x,
@@ -50,7 +53,7 @@ def make(results, predictions):
         ax.set_ylabel("support size k (phases covered)")
         ax.legend(fontsize=7)
         ax = axes[1, col]
-        ax.plot(x, [q["delta_max"] for q in pred], label="theory: k-state at d=64", **THEORY)
+        ax.plot(x, [q["delta_max"] for q in pred], label="theory at d=64", **THEORY)
         mean, yerr = spread_yerr([p["delta_max"] for p in meas])
         ax.errorbar(x, mean, yerr=yerr, color=COLORS[1], label="SGD d=64", fmt="o", ms=4, capsize=2)
         ax.set_ylabel("delta_max (best - worst phase)")

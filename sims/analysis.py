@@ -16,6 +16,7 @@ Each comes with the theory's prediction (`theory.interventions`) from the poolin
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from idealized.compression import LinearPool
-from idealized.config import TrainConfig
+from idealized.config import ModelConfig, TrainConfig
 from idealized.loss import batch_logits
 from idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
 from idealized.model import RetrievalModel
@@ -36,13 +37,22 @@ from theory import interventions as theory
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _needle_slice(key, task: ModelConfig, size: int, keys: bool, phase) -> Batch:
+    return sample_batch(key, task, size, keys=keys, phase=phase, dtype=DTYPE)
+
+
 def _needles(config: TrainConfig, phase: int, samples: int, keys: bool) -> list[Batch]:
     size = math.gcd(samples, SLICE)
     base = jax.random.fold_in(jax.random.key(config.eval_seed + 7), phase)
+    # The needles depend on the task's shape alone (sample_batch reads no head or pooling
+    # field): one compiled sampler serves every head count and variant of that shape.
+    m = config.model
+    task = ModelConfig(
+        stride=m.stride, chunks=m.chunks, dim=m.dim, rope_dim=m.rope_dim, rope_anchor=m.rope_anchor
+    )
     return [
-        sample_batch(
-            jax.random.fold_in(base, i), config.model, size, keys=keys, phase=phase, dtype=DTYPE
-        )
+        _needle_slice(jax.random.fold_in(base, i), task, size, keys, phase)
         for i in range(samples // size)
     ]
 
@@ -134,6 +144,7 @@ def ablate(
     model: RetrievalModel,
     samples: int | None = None,
     predictions: Sequence[str] = PREDICTIONS,
+    pooling_patches: bool = True,
 ) -> dict:
     """Every intervention on one trained model, measured and predicted, as plain values.
 
@@ -144,10 +155,12 @@ def ablate(
     its prediction, `specialization` (H,) from the effect matrix, `pooling_weights`.
     `predictions`: which of PREDICTIONS to compute (`predicted_<name>`; "patch" gives
     `predicted_patch_zero` and `predicted_patch_uniform`), each a few readout_accuracy calls.
+    `pooling_patches=False` skips the pooling patches (2 H s evaluations; their entries None).
     """
     samples = samples or config.eval_samples
     heads, stride = config.heads, config.stride
     phase_weighted = model.compressor.phase_weighted
+    patching = phase_weighted and pooling_patches
     acc = np.zeros(stride)
     effect = np.zeros((heads, stride))
     effect_ci = np.zeros((heads, stride, 2))
@@ -173,7 +186,7 @@ def ablate(
                 full.astype(float) - ablated[h].astype(float)
             )
             restored[h, phase] = restore[h].mean() - corrupt.mean()
-            if phase_weighted:
+            if patching:
                 slot = _slot(model, config, h, phase)
                 for which, value in ((0, 0.0), (1, 1.0 / stride)):
                     patched = _patched(model, h, slot, value)
@@ -191,8 +204,8 @@ def ablate(
         "corrupted_accuracy": corrupted_acc.tolist(),
         "activation_patch": restored.tolist(),
         "pooling_weights": None if weights is None else weights.tolist(),
-        "patch_zero": patch[0].tolist() if phase_weighted else None,
-        "patch_uniform": patch[1].tolist() if phase_weighted else None,
+        "patch_zero": patch[0].tolist() if patching else None,
+        "patch_uniform": patch[1].tolist() if patching else None,
         "samples": samples,
     }
     if weights is not None and config.operator in ("softmax_pool", "mean_pool", "linear"):

@@ -15,7 +15,13 @@ def run_head_ablation(size: Size, store_dir=None) -> dict:
         configs = [base_config(size, heads=h) for h in size.heads]
         out = []
         for c, r in zip(configs, train(configs), strict=True):
-            res = ablate(c, r.model, samples=size.ablate_samples, predictions=("effect",))
+            res = ablate(
+                c,
+                r.model,
+                samples=size.ablate_samples,
+                predictions=("effect",),
+                pooling_patches=False,  # the figure shows the ablation effect alone
+            )
             out.append(
                 {
                     "heads": c.heads,

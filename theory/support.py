@@ -384,22 +384,6 @@ def _settle_finite_d(logits, coefficients, dt, steps, block, max_steps):
     return jax.nn.softmax(a, axis=-1), done, taken * dt
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _uniform_jacobian(stride, coefficients):
-    return jax.jacfwd(_finite_d_field)(jnp.zeros(stride), coefficients)
-
-
-def interpolated_growth_rate(stride, chunks, gain, dim):
-    """lambda_d of uniform pooling for the interpolated L_d (theory.growth_rate_finite_d's).
-
-    The zero-sum eigenvalue J_00 - J_01 of the flow's Jacobian at a = 0. Returns a float.
-    """
-    jac = _uniform_jacobian(
-        int(stride), jnp.asarray(per_phase_loss_coefficients(chunks, gain, dim))
-    )
-    return float(jac[0, 0] - jac[0, 1])
-
-
 @jax.jit
 def _support_rates(weights, direction, coefficients):
     k = jnp.sum(weights > 0)
@@ -409,6 +393,20 @@ def _support_rates(weights, direction, coefficients):
     internal = -jnp.dot(direction, curvature) / (2.0 * k**2)
     reentry = (1.0 + 1.0 / k) * (jnp.dot(weights, g) - g[-1])
     return internal, reentry
+
+
+def interpolated_growth_rate(stride, chunks, gain, dim):
+    """lambda_d of uniform pooling for the interpolated L_d (theory.growth_rate_finite_d's).
+
+    The internal rate of the s-phase state: finite_d_support_rates' curvature along
+    e_0 - e_1, at alpha = 1/s (the same compiled function). Returns a float.
+    """
+    s = int(stride)
+    coefficients = jnp.asarray(per_phase_loss_coefficients(chunks, gain, dim))
+    direction = np.zeros(s)
+    direction[:2] = (1.0, -1.0)
+    internal, _ = _support_rates(jnp.full(s, 1.0 / s), jnp.asarray(direction), coefficients)
+    return float(internal)
 
 
 def finite_d_support_rates(stride, chunks, gain, dim, support_size):

@@ -257,7 +257,7 @@ def test_escape_mixture_limits_are_the_floor_and_the_escaped_state():
     assert low < 0.97 / 4 < 3 * 0.97 / 4 < high
 
 
-ESCAPE_NOISE_RTOL = 0.06  # two Monte Carlo estimates of c (2^14 problems each): ~1.5% apart measured
+ESCAPE_NOISE_RTOL = 0.06  # two Monte Carlo estimates of c (2^14 problems each): ~1.5% apart
 
 
 def test_finite_d_escape_path_starts_at_the_uniform_curvature_and_noise():

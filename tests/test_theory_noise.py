@@ -278,3 +278,16 @@ def test_finite_d_escape_path_starts_at_the_uniform_curvature_and_noise():
     # the barrier of L_d at s=4, N=64, gain 16, d=64 (theory.noise escape section: 0.0026
     # from 2^18 Monte Carlo problems of the trainer's loss, +- 0.0003)
     assert path["loss"][3] == pytest.approx(0.0026, abs=3e-4)
+
+
+def test_discrete_escape_needs_noise_and_grows_with_it():
+    """The L_d recursion at s=4 N=64 d=64 (uniform metastable): noiseless chains stay in the
+    well; the escaped fraction rises with the noise level (here: 8 x the measured c)."""
+    from theory import escape_fraction_discrete
+
+    drops = np.arange(-2, 16) * 0.1
+    quiet = {"drop": drops, "noise": np.zeros(18), "transverse_noise": np.zeros(18)}
+    args = (4, 64, 64, 16.0, 2.0, 256, 600)
+    assert escape_fraction_discrete(quiet, *args, chains=64) == 0.0
+    loud = {"drop": drops, "noise": np.full(18, 2.0), "transverse_noise": np.full(18, 2.0)}
+    assert escape_fraction_discrete(loud, *args, chains=64) > 0.9

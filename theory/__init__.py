@@ -44,6 +44,7 @@ from .mitigations import staggered_coverage as staggered_coverage
 from .noise import accuracy_sensitivity as accuracy_sensitivity
 from .noise import delta_max_distribution as delta_max_distribution
 from .noise import delta_max_with_escape as delta_max_with_escape
+from .noise import escape_fraction_discrete as escape_fraction_discrete
 from .noise import escape_path as escape_path
 from .noise import escape_path_finite_d as escape_path_finite_d
 from .noise import escape_probability as escape_probability

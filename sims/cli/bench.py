@@ -68,6 +68,10 @@ def text_report(result: dict) -> str:
         ("flow_max_disagreement (diffrax vs LSODA)", result["flow_max_disagreement"]),
         *((f"{k} (CPU-time ratio)", v) for k, v in cpu.items()),
         *((k, v) for k, v in result["details"].items() if k.startswith("reduced_flow_api")),
+        *(
+            (f"operator_step_speedup ({op})", v)
+            for op, v in (result.get("operator_step_speedup") or {}).items()
+        ),
         *((k, v) for k, v in (result["absolute"] or {}).items()),
         ("bench_seconds", result["bench_seconds"]),
     ]

@@ -55,6 +55,12 @@ from .noise import logit_variance as logit_variance
 from .noise import noise_floor as noise_floor
 from .noise import stationary_covariance as stationary_covariance
 from .noise import uniform_moments as uniform_moments
+from .operators import normalised_critical_chunks as normalised_critical_chunks
+from .operators import normalised_growth_rate as normalised_growth_rate
+from .operators import normalised_needle_logit as normalised_needle_logit
+from .operators import normalised_phase_accuracy as normalised_phase_accuracy
+from .operators import normalised_reduced_loss as normalised_reduced_loss
+from .operators import normalised_unstable_gains as normalised_unstable_gains
 from .reduced import mean_needle_probability as mean_needle_probability
 from .reduced import reduced_loss as reduced_loss
 from .reduced import retrieval_probability as retrieval_probability

@@ -13,7 +13,7 @@ METRICS = (
 
 CAPTION = (
     "delta_max, psc and mean accuracy of each compression operator trained under the same budget (bars: mean; error bars: 95% interval over seeds; dots: seeds).",
-    "Black bars: theory for softmax_pool (the most probable k-state) and mean_pool (uniform pooling).",
+    "Black bars: theory for softmax_pool (the most probable k-state), mean_pool (uniform pooling) and deepseek_v4 (uniform pooling of the unit-normalised key, stable: every zero-sum mode decays at rate -lambda, theory.normalised_growth_rate; its delta_max is the held-out binomial floor).",
 )
 
 
@@ -50,6 +50,17 @@ def make(results, predictions):
         ax.set_xlabel("compression operator")
         ax.legend(fontsize=7)
     note = f" (not run at this size: {', '.join(results['skipped'])})" if results["skipped"] else ""
+    if "deepseek_v4" in ops and "growth_rate" in predictions.get("deepseek_v4", {}):
+        dsv4 = predictions["deepseek_v4"]
+        axes[0][0].annotate(
+            f"deepseek_v4 uniform: lambda = {dsv4['growth_rate']:.3f}\n"
+            f"(softmax_pool {dsv4['softmax_pool_growth_rate']:+.3f})",
+            xy=(0.97, 0.5),
+            xycoords="axes fraction",
+            ha="right",
+            va="bottom",
+            fontsize=6,
+        )
     fig.suptitle(
         "Operators under one budget: SGD mean, 95% interval and seeds; theory bars" + note,
         fontsize=8,

@@ -187,7 +187,9 @@ def _program_memory_mb(config: TrainConfig, hyper: trainer.Hyper) -> float:
     config = config.static
     held_out = trainer.held_out_gram(config) if config.model.uses_gram else None
     states = jax.eval_shape(lambda h: jax.vmap(partial(trainer.init, config))(h), hyper)
-    stats = trainer._advance_many.lower(config, states, hyper, held_out).compile().memory_analysis()
+    go = jax.numpy.asarray(True)
+    stats = trainer._advance_many.lower(config, states, hyper, held_out, go).compile()
+    stats = stats.memory_analysis()
     if stats is None:
         return float("nan")
     total = (

@@ -219,15 +219,27 @@ def _record_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out
 
 
 @partial(jax.jit, static_argnums=0)
-def _init_many(config: TrainConfig, hyper: Hyper, held_out):
-    states = jax.vmap(partial(init, config))(hyper)
-    return states, _record_many(config, states, hyper, held_out)
+def _init_many(config: TrainConfig, hyper: Hyper):
+    return jax.vmap(partial(init, config))(hyper)
 
 
 @partial(jax.jit, static_argnums=0, donate_argnums=1)
-def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out):
-    states, losses = jax.vmap(partial(advance, config))(states, hyper)
-    return states, losses, _record_many(config, states, hyper, held_out)
+def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out, go):
+    """The record of `states`, then (if `go`) `eval_every` steps from them.
+
+    Recording before advancing lets one compiled program give every record, the initial
+    one included (the evaluation is most of a trainer's compile time); the last call, with
+    `go` False, only records the final state (`lax.cond` outside the vmap: one branch runs).
+    """
+    record = _record_many(config, states, hyper, held_out)
+
+    def skip(states):
+        return states, jnp.full((states.step.shape[0], config.eval_every), jnp.nan, DTYPE)
+
+    states, losses = jax.lax.cond(
+        go, lambda st: jax.vmap(partial(advance, config))(st, hyper), skip, states
+    )
+    return states, losses, record
 
 
 def run_batch(
@@ -256,18 +268,21 @@ def run_batch(
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)
         held_out = None if held_out is None else replicate(held_out, mesh)
-    states, record = _init_many(config, hyper, held_out)
-    records, step_losses = [record], []
+    states = _init_many(config, hyper)
+    records, step_losses = [], []
     blocks = config.eval_times
-    for block in range(blocks):
-        states, losses, record = _advance_many(config, states, hyper, held_out)
+    for block in range(blocks + 1):
+        go = jnp.asarray(block < blocks)
+        states, losses, record = _advance_many(config, states, hyper, held_out, go)
+        records.append(record)
+        if block == blocks:  # the final state's record: its steps were all past the end
+            break
         losses = _to_host(losses)[:runs]
         done = min(config.eval_every, config.steps - block * config.eval_every)
         losses = losses[:, :done]
         if stop_on_divergence:
             _raise_if_diverged(losses, unsharded, first_step=block * config.eval_every)
         step_losses.append(losses)
-        records.append(record)
         if progress is not None:
             progress(block + 1, blocks)
     stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)

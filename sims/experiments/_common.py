@@ -42,8 +42,8 @@ VERSIONS = dict.fromkeys(FIGURES, 1) | {
     "pooling_dynamics": 3,
     "mitigations": 3,
     "head_ablation": 2,
-    "operators": 2,
-    "support_size": 3,
+    "operators": 3,
+    "support_size": 4,
 }
 
 STRIDE, CHUNKS, DIM, GAIN = 8, 64, 64, 16.0

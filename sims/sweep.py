@@ -361,8 +361,8 @@ def _solve_partitioned(
     y0, args, event_level, ts, rtol, atol, loss, gain_parametrisation, max_steps
 ):
     return flow_lib._solve_batch(  # noqa: SLF001 - reduced_flow's batched solve, see flow_inputs
-        y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps
-    )
+        y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, True
+    )  # with_event: a flow sweep records each run's time to specialise
 
 
 def _flow_solve(configs: Sequence[FlowConfig], mesh) -> flow_lib.FlowHistory:

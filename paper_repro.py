@@ -9,15 +9,18 @@ report.csv in OUT: the agreement table (plus `sims.check.agreement_rows` when th
 exists), each figure with two lines on what it shows, and the run's provenance.
 Exit code 1 if any agreement row fails or a figure could not be made.
 
-Runtime on 2 CPU cores, cold (empty store and compilation cache), with a low-priority job
-beside it: --quick 309 s in the script (5:16 wall, 461 CPU-s); the slowest figures are
-pooling_dynamics (58 s, the L_d-corrected flow), mitigations (58 s) and head_ablation
-(51 s, both the head-averaged readout prediction). A rerun that reuses the store and the
-compilation cache takes about 30 s. --full has not been run to the end on CPU: at low
-priority beside four other jobs its first seven figures took 1402 s of wall time
-(support_size 787 s), and the eighth (operators, which trains the real-key operators at
-8 seeds) was still running after 66 minutes when it was stopped; about 51 CPU-minutes
-in all. It needs hours on 2 CPU cores, or a GPU (not measured: no device was lent).
+Runtime on 2 CPU cores, cold (empty store and compilation cache): --quick 365 s in the
+script (7:02 wall with `pip install -e .` in a fresh virtual environment; 548 CPU-s), over
+its 5-minute target; the slowest figures are support_size (70 s: SGD at 7 points plus the
+finite-d support flows and escape chains), mitigations (62 s), head_ablation (58 s) and
+pooling_dynamics (52 s), most of it XLA compiling the trainer per configuration. A rerun
+that reuses the store and the compilation cache takes 22 s (17 s in the script). --full has
+not been run to the end on CPU. Measured at low priority beside other jobs (CPU time, which other load
+barely changes): weak_spots 30 CPU-s, pooling_dynamics 191, phase_diagram 95, growth_rate
+34, specialization_time 60, support_size 327 (before its finite-d predictions), head_ablation
+126; operators (8 seeds of each operator, the three real-key ones on explicit keys) had used
+39 CPU-minutes and was still running when it was stopped. So --full needs more than an hour
+of CPU, mostly the real-key operators; no GPU was lent to measure it there.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ not been run to the end on CPU. Measured at low priority beside other jobs (CPU 
 barely changes): weak_spots 30 CPU-s, pooling_dynamics 191, phase_diagram 95, growth_rate
 34, specialization_time 60, support_size 327 (before its finite-d predictions), head_ablation
 126; operators (8 seeds of each operator, the three real-key ones on explicit keys) had used
-39 CPU-minutes and was still running when it was stopped. So --full needs more than an hour
+41 CPU-minutes and was still running when it was stopped. So --full needs more than an hour
 of CPU, mostly the real-key operators; no GPU was lent to measure it there.
 """
 

@@ -73,18 +73,25 @@ def _loss_slope(margin, chunks, loss):
     raise ValueError(f"loss must be mse or ce, got {loss!r}")
 
 
+def _problem_loss(a, gram, target, gain, loss):
+    """The trainer's loss on one problem (gram (N, s), target) at pooling logits a."""
+    return retrieval_loss((gain * gram @ jax.nn.softmax(a))[None], target, loss)
+
+
+def _per_problem_gradients(logits_a, gram, target, gain, loss):
+    grad = jax.grad(_problem_loss)
+    return jax.vmap(grad, (None, 0, 0, None, None))(logits_a, gram, target, gain, loss)
+
+
 @functools.partial(jax.jit, static_argnums=4)
 def _loss_derivatives(logits_a, gram, target, gain, loss):
     """Sample-mean loss, its Hessian and the per-problem gradients, at pooling logits logits_a."""
 
-    def problem_loss(a, gram, target):
-        z = gain * gram @ jax.nn.softmax(a)
-        return retrieval_loss(z[None], target, loss)
-
     def mean_loss(a):
-        return jnp.mean(jax.vmap(problem_loss, (None, 0, 0))(a, gram, target))
+        per = jax.vmap(_problem_loss, (None, 0, 0, None, None))(a, gram, target, gain, loss)
+        return jnp.mean(per)
 
-    grads = jax.vmap(jax.grad(problem_loss), (None, 0, 0))(logits_a, gram, target)
+    grads = _per_problem_gradients(logits_a, gram, target, gain, loss)
     return mean_loss(logits_a), jax.hessian(mean_loss)(logits_a), grads
 
 
@@ -354,10 +361,7 @@ def escape_path(
     and noise along the path, transverse_curvature and transverse_noise (per direction).
     """
     s, beta = int(stride), float(gain)
-    drops = np.arange(-2, 16) * 0.1 if drops is None else np.asarray(drops, float)
-    centring = np.eye(s) - 1.0 / s
-    e = centring[0] / np.linalg.norm(centring[0])
-    across = centring - np.outer(e, e)
+    drops = _path_drops(drops)
     blocks = max(1, samples // block)
     m = len(drops)
     mean_loss, hess = np.zeros(m), np.zeros((m, s, s))
@@ -372,12 +376,26 @@ def escape_path(
             hess[i] += np.asarray(h) / blocks
             g1[i] += grads.mean(0) / blocks
             g2[i] += grads.T @ grads / (block * blocks)
-    cov = g2 - g1[:, :, None] * g1[:, None, :]
-    zero = np.interp(0.0, drops, mean_loss)
+    return _path_dict(drops, mean_loss, hess, g2 - g1[:, :, None] * g1[:, None, :])
+
+
+def _path_drops(drops):
+    """The drops u of the escape path: default -0.2 .. 1.5 in steps of 0.1."""
+    return np.arange(-2, 16) * 0.1 if drops is None else np.asarray(drops, float)
+
+
+def _path_dict(drops, loss, hess, cov):
+    """escape_path's dict from the loss (m,), its Hessians (m, s, s) and the per-problem
+    gradient covariances (m, s, s) at the drops (m,): projected on the drop direction e of
+    phase 0 and on the s - 2 zero-sum directions across it."""
+    s = hess.shape[-1]
+    centring = np.eye(s) - 1.0 / s
+    e = centring[0] / np.linalg.norm(centring[0])
+    across = centring - np.outer(e, e)
     return {
         "drop": drops,
         "x": drops * math.sqrt(1.0 - 1.0 / s),
-        "loss": mean_loss - zero,
+        "loss": loss - np.interp(0.0, drops, loss),
         "curvature": np.einsum("i,nij,j->n", e, hess, e),
         "noise": np.einsum("i,nij,j->n", e, cov, e),
         "transverse_curvature": np.einsum("ij,nji->n", across, hess) / max(s - 2, 1),
@@ -387,10 +405,8 @@ def escape_path(
 
 @functools.partial(jax.jit, static_argnums=4)
 def _problem_gradients(logits_a, gram, target, gain, loss):
-    def problem_loss(a, gram, target):
-        return retrieval_loss((gain * gram @ jax.nn.softmax(a))[None], target, loss)
-
-    return jax.vmap(jax.grad(problem_loss), (None, 0, 0))(logits_a, gram, target)
+    """_per_problem_gradients jitted alone (the finite-d path takes no Monte Carlo Hessian)."""
+    return _per_problem_gradients(logits_a, gram, target, gain, loss)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -418,10 +434,7 @@ def escape_path_finite_d(stride, chunks, dim, gain, drops=None, samples=2**14, s
     from .support import per_phase_loss_coefficients
 
     s, beta = int(stride), float(gain)
-    drops = np.arange(-2, 16) * 0.1 if drops is None else np.asarray(drops, float)
-    centring = np.eye(s) - 1.0 / s
-    e = centring[0] / np.linalg.norm(centring[0])
-    across = centring - np.outer(e, e)
+    drops = _path_drops(drops)
     coefficients = jnp.asarray(per_phase_loss_coefficients(float(chunks), beta, float(dim)))
     loss, hess = (
         np.asarray(x) for x in _interpolated_hessians(s, jnp.asarray(drops), coefficients)
@@ -436,16 +449,7 @@ def escape_path_finite_d(stride, chunks, dim, gain, drops=None, samples=2**14, s
             grads = np.asarray(_problem_gradients(a, gram, target, beta, "mse"))
             g1[i] += grads.mean(0) / blocks
             g2[i] += grads.T @ grads / (block * blocks)
-    cov = g2 - g1[:, :, None] * g1[:, None, :]
-    return {
-        "drop": drops,
-        "x": drops * math.sqrt(1.0 - 1.0 / s),
-        "loss": loss - np.interp(0.0, drops, loss),
-        "curvature": np.einsum("i,nij,j->n", e, hess, e),
-        "noise": np.einsum("i,nij,j->n", e, cov, e),
-        "transverse_curvature": np.einsum("ij,nji->n", across, hess) / max(s - 2, 1),
-        "transverse_noise": np.einsum("ij,nji->n", across, cov) / max(s - 2, 1),
-    }
+    return _path_dict(drops, loss, hess, g2 - g1[:, :, None] * g1[:, None, :])
 
 
 def escape_rate(path, stride, lr, batch, grid=4000):

@@ -151,8 +151,8 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
     (theory.noise_floor): the prediction is the expected delta_max, and the tolerance the
     predicted 95% interval of the mean over this size's seeds (its wider side). Where at
     d = 64 uniform is only metastable (an (s-1)-phase state is admissible too and lower past
-    a saddle), runs escape with theory.escape_rate's probability, and the prediction is the
-    mixture of floor and escaped state (theory.delta_max_with_escape).
+    a saddle), runs escape with uniform_escape's p_escape (theory.escape_fraction_discrete),
+    and the prediction is the mixture of floor and escaped state (theory.delta_max_with_escape).
     """
 
     def compute():

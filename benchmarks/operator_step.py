@@ -35,6 +35,7 @@ import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from idealized import compression, task
 from idealized import deepseek_v4 as deepseek
 from idealized.config import TrainConfig
+from idealized.xla import jit
 from sims import train as trainer
 
 OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
@@ -81,8 +82,8 @@ def step_block(operator: str, runs: int, steps: int, plain: bool):
     """A compiled call that trains `runs` canonical runs of `operator` for `steps` steps."""
     config = TrainConfig(operator=operator, eval_every=steps).static
     hyper = trainer.Hyper.stack([config.replace(seed=seed) for seed in range(runs)])
-    states = jax.jit(jax.vmap(partial(trainer.init, config)))(hyper)
-    advance = jax.jit(jax.vmap(partial(trainer.advance, config)))
+    states = jit(jax.vmap(partial(trainer.init, config)))(hyper)
+    advance = jit(jax.vmap(partial(trainer.advance, config)))
     with plain_forms() if plain else contextlib.nullcontext():
         compiled = advance.lower(states, hyper).compile()
     return lambda: compiled(states, hyper)

@@ -6,8 +6,9 @@ their gradients depend on nothing else that is random). This program draws exact
 those, with the trainer's generator (the key the trainer's `init` makes, split once a
 step as `step` does, normals from `idealized.task.standard_normal`, norms from
 `idealized.task.chi_square`), for the same batch of models (`vmap` over runs, steps in
-`lax.scan`), and only sums them so that nothing is optimised away. Its model-steps per
-second bound the trainer's: `fraction_of_rng_limit = trainer / this`.
+`lax.scan`), compiled as the trainer is (`idealized.xla.jit`), and only sums them so
+that nothing is optimised away. Its model-steps per second bound the trainer's:
+`fraction_of_rng_limit = trainer / this`.
 
     python benchmarks/rng_limit.py --runs 16 --steps 100
 """
@@ -24,6 +25,7 @@ import jax.numpy as jnp
 import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from idealized.config import TrainConfig
 from idealized.task import chi_square, standard_normal
+from idealized.xla import jit
 from sims.train import DTYPE, Hyper, init
 
 
@@ -41,7 +43,7 @@ def draw(config: TrainConfig, key, steps: int):
     return jax.lax.scan(one_step, key, None, length=steps)[1]
 
 
-@partial(jax.jit, static_argnums=(0, 2))
+@partial(jit, static_argnums=(0, 2))
 def draw_many(config: TrainConfig, keys, steps: int):
     """`draw` vmapped over the runs' keys `(R,)`: `(R, steps)` sums."""
     return jax.vmap(lambda key: draw(config, key, steps))(keys)

@@ -31,13 +31,14 @@ from idealized.loss import batch_logits
 from idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
 from idealized.model import RetrievalModel
 from idealized.task import Batch, sample_batch
+from idealized.xla import filter_jit, jit
 from sims.train import DTYPE, Hyper, TrainingDiverged, init, train_many
 from theory import interventions as theory
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+@functools.partial(jit, static_argnums=(1, 2, 3))
 def _needle_slice(key, task: ModelConfig, size: int, keys: bool, phase) -> Batch:
     return sample_batch(key, task, size, keys=keys, phase=phase, dtype=DTYPE)
 
@@ -85,7 +86,7 @@ def _patched(model: RetrievalModel, head: int, slot: int, value: float) -> Retri
     return eqx.tree_at(lambda m: m.compressor, model, LinearPool(weights.at[head, slot].set(value)))
 
 
-@eqx.filter_jit
+@filter_jit
 def _intervene(model, batch, clean_keys, corrupted_keys):
     logits = batch_logits(model, batch)
     probs = jax.nn.softmax(logits, axis=-1)
@@ -105,7 +106,7 @@ def _intervene(model, batch, clean_keys, corrupted_keys):
     return full, ablated, corrupted, jax.vmap(restore)(jnp.arange(heads))
 
 
-@eqx.filter_jit
+@filter_jit
 def _accuracy(model, batch):
     probs = jnp.mean(jax.nn.softmax(batch_logits(model, batch), axis=-1), axis=1)
     return _correct(probs, batch.target)

@@ -44,6 +44,7 @@ import numpy as np
 import idealized  # noqa: F401  (precision policy)
 from benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from idealized.config import TrainConfig
+from idealized.xla import jit
 from sims import flow
 from sims import train as trainer
 
@@ -201,7 +202,7 @@ def _program_memory_mb(config: TrainConfig, hyper: trainer.Hyper) -> float:
     return total / 2**20
 
 
-@partial(jax.jit, static_argnames=("stride",))
+@partial(jit, static_argnames=("stride",))
 def diffrax_trajectories(pooling_logits0, gains, chunks, ts, *, stride):
     """Reduced-flow trajectories, vmapped: pooling weights `(P, T, H, s)` at `ts`.
 

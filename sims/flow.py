@@ -22,6 +22,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from idealized.xla import jit
 from theory.finite_d import finite_d_loss
 from theory.reduced import reduced_loss, specialization_order
 
@@ -171,7 +172,7 @@ def initial_pooling_logits(key, heads, stride, init_scale):
 
 
 @functools.partial(
-    jax.jit,
+    jit,
     static_argnames=("loss", "gain_parametrisation", "max_steps", "with_event"),
 )
 def _solve_batch(
@@ -351,9 +352,7 @@ def _trainer_times(config):
     return steps
 
 
-@functools.partial(
-    jax.jit, static_argnames=("config", "rtol", "atol", "max_steps", "batch_per_run")
-)
+@functools.partial(jit, static_argnames=("config", "rtol", "atol", "max_steps", "batch_per_run"))
 def _finite_solve(
     params0, weight_decay, batch, ts, *, config, rtol, atol, max_steps, batch_per_run
 ):

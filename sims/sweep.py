@@ -37,6 +37,7 @@ import numpy as np
 
 from idealized.config import ConfigError, TrainConfig
 from idealized.metrics import phase_report, specialization_index, support_size
+from idealized.xla import jit
 from sims import flow as flow_lib
 from sims import store
 from sims.train import Hyper, _to_host, run_batch, shard_runs
@@ -356,11 +357,13 @@ def flow_inputs(configs: Sequence[FlowConfig]):
     return y0, args, per_run("event_level")
 
 
-@partial(jax.jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
+@partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
 def _solve_partitioned(
     y0, args, event_level, ts, rtol, atol, loss, gain_parametrisation, max_steps
 ):
-    return flow_lib._solve_batch(  # noqa: SLF001 - reduced_flow's batched solve, see flow_inputs
+    # reduced_flow's batched solve (see flow_inputs), unjitted: compiler options belong to
+    # the top-level program (idealized.xla), which is this one.
+    return flow_lib._solve_batch.__wrapped__(  # noqa: SLF001
         y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, True
     )  # with_event: a flow sweep records each run's time to specialise
 

@@ -29,6 +29,7 @@ from idealized.loss import batch_logits, correct, inference_logits, objective, r
 from idealized.metrics import phase_report, specialization_index, support_size
 from idealized.model import RetrievalModel, init_model
 from idealized.task import Batch, sample_batch
+from idealized.xla import jit
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
@@ -150,7 +151,7 @@ def _eval_slice(config: TrainConfig, keys: bool, size: int, phase, index) -> Bat
     return sample_batch(k, config.model, size, keys=keys, phase=phase, dtype=DTYPE)
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(jit, static_argnums=0)
 def held_out_gram(config: TrainConfig) -> Batch:
     """The held-out set as inner products, `(s, eval_samples, ...)`: drawn once, shared by all runs."""
     n = config.eval_samples
@@ -218,12 +219,12 @@ def _record_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out
     return jax.vmap(partial(_record, config), in_axes=(0, 0, None))(states, hyper, held_out)
 
 
-@partial(jax.jit, static_argnums=0)
+@partial(jit, static_argnums=0)
 def _init_many(config: TrainConfig, hyper: Hyper):
     return jax.vmap(partial(init, config))(hyper)
 
 
-@partial(jax.jit, static_argnums=0, donate_argnums=1)
+@partial(jit, static_argnums=0, donate_argnums=1)
 def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_out, go):
     """The record of `states`, then (if `go`) `eval_every` steps from them.
 

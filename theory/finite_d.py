@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from idealized.xla import jit
 from theory.thresholds import growth_rate
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
@@ -141,7 +142,7 @@ def finite_d_loss(
     return data + 0.5 * weight_decay * gain**2 - entropy_weight * entropy
 
 
-@functools.partial(jax.jit, static_argnames="stride")
+@functools.partial(jit, static_argnames="stride")
 def _uniform_hessian(stride, chunks, gain, dim):
     hess = jax.hessian(finite_d_loss)(jnp.zeros((1, stride)), gain, chunks, dim)[0, :, 0, :]
     return hess[0, 0], hess[0, 1]

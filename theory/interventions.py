@@ -65,6 +65,8 @@ from jax.scipy.special import logsumexp, ndtr
 from scipy.special import ndtri, roots_genlaguerre
 from scipy.stats import qmc
 
+from idealized.xla import jit
+
 from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import rope_attenuation_at
@@ -96,7 +98,7 @@ def _rho_nodes(dim, nodes):
     return rho, weights
 
 
-@functools.partial(jax.jit, static_argnames=("distractors",))
+@functools.partial(jit, static_argnames=("distractors",))
 def _needle_wins(log_needle, log_rest, log_distractor, slope, node_weight, distractors):
     # E_rho E_needle [G^n] (module docstring). Per rho node: log_needle (K, H) = log A_h,
     # log_rest (H,) = log R_h, log_distractor (M, H) = b_h w_h . u_perp, slope (H,) = k_h.
@@ -412,7 +414,7 @@ def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=Fals
     return jnp.mean(jnp.stack(masses), axis=0)
 
 
-@functools.partial(jax.jit, static_argnames=("loss", "offsets", "overlap", "rope"))
+@functools.partial(jit, static_argnames=("loss", "offsets", "overlap", "rope"))
 def _flow_weights(a0, gain, chunks, steps, entropy_weight, dt, *, loss, offsets, overlap, rope):
     # One compilation per (heads, slots, loss, offsets, overlap, rope): the start, gain,
     # chunks, time and entropy weight are traced, so seeds and sweeps share it.

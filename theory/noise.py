@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from idealized.loss import retrieval_loss
+from idealized.xla import jit
 
 from ._sigmoid import mse_drive, sigma_n
 from .accuracy import needle_accuracy
@@ -83,7 +84,7 @@ def _per_problem_gradients(logits_a, gram, target, gain, loss):
     return jax.vmap(grad, (None, 0, 0, None, None))(logits_a, gram, target, gain, loss)
 
 
-@functools.partial(jax.jit, static_argnums=4)
+@functools.partial(jit, static_argnums=4)
 def _loss_derivatives(logits_a, gram, target, gain, loss):
     """Sample-mean loss, its Hessian and the per-problem gradients, at pooling logits logits_a."""
 
@@ -403,13 +404,13 @@ def _path_dict(drops, loss, hess, cov):
     }
 
 
-@functools.partial(jax.jit, static_argnums=4)
+@functools.partial(jit, static_argnums=4)
 def _problem_gradients(logits_a, gram, target, gain, loss):
     """_per_problem_gradients jitted alone (the finite-d path takes no Monte Carlo Hessian)."""
     return _per_problem_gradients(logits_a, gram, target, gain, loss)
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _interpolated_hessians(stride, drops, coefficients):
     from .support import interpolated_finite_d_loss
 
@@ -530,7 +531,7 @@ def delta_max_with_escape(
     }
 
 
-@functools.partial(jax.jit, static_argnums=(5, 6))
+@functools.partial(jit, static_argnums=(5, 6))
 def _discrete_escapes(
     key, coefficients, drops, noise, transverse_noise, steps, chains, lr, batch, init
 ):

@@ -43,6 +43,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from idealized.xla import jit
+
 from ._sigmoid import mse_drive, sigma_n
 from .finite_d import CHI_NODES, _chi_grid, expected_loss_given_norm
 from .reduced import reduced_loss
@@ -127,7 +129,7 @@ def support_loss(stride, chunks, gain, support_size):
     )
 
 
-@functools.partial(jax.jit, static_argnames=("steps", "loss"))
+@functools.partial(jit, static_argnames=("steps", "loss"))
 def _settle(logits, gain, chunks, dt, steps, loss):
     def field(a):
         return -jax.grad(reduced_loss)(a, gain, chunks, loss)
@@ -248,7 +250,7 @@ def _chebyshev_points(n):
     return 0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)  # on [0, 1]
 
 
-@jax.jit
+@jit
 def _per_phase_loss_rows(needle_weight, others2, chunks, gain, dim):
     rho, log_w = _chi_grid(dim, CHI_NODES)
 
@@ -350,7 +352,7 @@ def _decided(weights):
     return jnp.all((weights <= 0.25 / s) | (weights >= 1.0 / s))
 
 
-@jax.jit
+@jit
 def _settle_finite_d(logits, coefficients, dt, steps, block, max_steps):
     """RK4 for at least `steps`, then in blocks of `block` steps until every start is decided
     (_decided) with its covered set unchanged over the last block, or max_steps."""
@@ -384,7 +386,7 @@ def _settle_finite_d(logits, coefficients, dt, steps, block, max_steps):
     return jax.nn.softmax(a, axis=-1), done, taken * dt
 
 
-@jax.jit
+@jit
 def _support_rates(weights, direction, coefficients):
     k = jnp.sum(weights > 0)
     g, curvature = jax.jvp(lambda w: _weight_gradient(w, coefficients), (weights,), (direction,))

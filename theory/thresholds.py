@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from idealized.xla import jit
+
 from ._sigmoid import sigma_n
 from .reduced import LOSSES, reduced_loss
 
@@ -119,7 +121,7 @@ def _split_modes(centred):
     return jnp.broadcast_to(common, centred.shape), centred - common
 
 
-@jax.jit
+@jit
 def _ray_speed(direction, radius, gain, chunks, loss_is_ce):
     # f(x) = -v . grad L(x v): the flow's radial speed along the fixed ray x v.
     def along(x):

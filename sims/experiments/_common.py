@@ -10,7 +10,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import equinox as eqx
 import jax
 import numpy as np
 
@@ -18,6 +17,7 @@ import theory
 from idealized.config import TrainConfig
 from idealized.loss import batch_correct
 from idealized.task import sample_batch
+from idealized.xla import filter_jit
 from sims import store
 from sims.flow import reduced_flow
 from sims.train import DTYPE, Hyper, TrainResult, init, train_many
@@ -273,7 +273,7 @@ def _mode(values) -> float:
     return float(values[np.argmax(counts)])
 
 
-@eqx.filter_jit
+@filter_jit
 def correct_at_phase(model, key, config, samples, phase):
     batch = sample_batch(key, config, samples, keys=False, phase=phase, dtype=DTYPE)
     return batch_correct(model, batch), batch.target

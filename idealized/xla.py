@@ -1,0 +1,46 @@
+"""How this project's programs are compiled: `jit` and `filter_jit` with one set of XLA options.
+
+Every jitted function of `idealized`, `theory` and `sims` compiles through these, so a
+function gives the same numbers whichever entry point calls it (the options travel with
+the function, not with the process, unlike `XLA_FLAGS`).
+
+`xla_cpu_use_fusion_emitters=False`: XLA:CPU's MLIR fusion emitters (the default since
+jax 0.5) do not vectorise a loop fusion that mixes the counter-based random draw with a
+broadcast operand, such as `scale[:, None, None] * standard_normal(key, (B, N, s))` in
+`idealized.task.sample_batch`: that one fusion took 4.2 ms against 0.8 ms on the older
+emitters, and it dominated the training step. With the older emitters the trainer runs
+2 to 3.4 times faster and compiles about a quarter faster on CPU
+(`python -m benchmarks.xla_options` prints both); results agree to float32 rounding
+(one ulp where they differ at all). The option is CPU-only: other backends ignore it.
+Jax accepts compiler options on a top-level jit only: inside another jitted function, call
+a function jitted here through its `__wrapped__` (the outer program's options apply).
+Jax versions before `FUSION_EMITTER_OPTION_SINCE` (not tested here) compile with XLA's
+defaults, because an option XLA does not know is an error.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+
+FUSION_EMITTER_OPTION_SINCE = (0, 10)  # the oldest jax this option was checked against
+
+COMPILER_OPTIONS: dict[str, bool] = (
+    {"xla_cpu_use_fusion_emitters": False}
+    if jax.__version_info__ >= FUSION_EMITTER_OPTION_SINCE
+    else {}
+)
+
+
+def jit(fun=None, /, **kwargs):
+    """`jax.jit` with `COMPILER_OPTIONS`; use as `@jit` or `@partial(jit, static_argnums=...)`."""
+    if fun is None:
+        return lambda f: jit(f, **kwargs)
+    return jax.jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+
+
+def filter_jit(fun=None, /, **kwargs):
+    """`equinox.filter_jit` with `COMPILER_OPTIONS`."""
+    if fun is None:
+        return lambda f: filter_jit(f, **kwargs)
+    return eqx.filter_jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)

@@ -8,10 +8,11 @@ the function, not with the process, unlike `XLA_FLAGS`).
 jax 0.5) do not vectorise a loop fusion that mixes the counter-based random draw with a
 broadcast operand, such as `scale[:, None, None] * standard_normal(key, (B, N, s))` in
 `idealized.task.sample_batch`: that one fusion took 4.2 ms against 0.8 ms on the older
-emitters, and it dominated the training step. With the older emitters the trainer runs
-2 to 3.4 times faster and compiles about a quarter faster on CPU
-(`python -m benchmarks.xla_options` prints both); results agree to float32 rounding
-(one ulp where they differ at all). The option is CPU-only: other backends ignore it.
+emitters, and it dominated the training step. With the older emitters a block of
+training steps runs 4.2 to 4.8 times faster on CPU (canonical, 2 heads, stride 16) and
+compiles 10-30% faster (`python -m benchmarks.xla_options` prints both); whole runs,
+evaluation included, 2 to 3.4 times. Results agree to float32 rounding (one ulp where
+they differ at all). The option is CPU-only: other backends ignore it.
 Jax accepts compiler options on a top-level jit only: inside another jitted function, call
 a function jitted here through its `__wrapped__` (the outer program's options apply).
 Jax versions before `FUSION_EMITTER_OPTION_SINCE` (not tested here) compile with XLA's

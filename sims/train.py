@@ -151,19 +151,47 @@ def _eval_slice(config: TrainConfig, keys: bool, size: int, phase, index) -> Bat
     return sample_batch(k, config.model, size, keys=keys, phase=phase, dtype=DTYPE)
 
 
-@partial(jit, static_argnums=0)
+# The fields the inner-product held-out draw reads (`sample_batch` with keys=False).
+HELD_OUT_FIELDS = (
+    "stride",
+    "chunks",
+    "dim",
+    "rope_dim",
+    "rope_anchor",
+    "eval_samples",
+    "eval_seed",
+)
+
+
 def held_out_gram(config: TrainConfig) -> Batch:
-    """The held-out set as inner products, `(s, eval_samples, ...)`: drawn once, shared by all runs."""
+    """The held-out set as inner products, `(s, eval_samples, ...)`: drawn once, shared by all runs.
+
+    It depends on `HELD_OUT_FIELDS` alone, so configs that differ elsewhere (heads,
+    operator, mitigations, training fields) share one compiled draw and one set.
+    """
+    return _held_out_gram(_held_out_key(config))
+
+
+def _held_out_key(config: TrainConfig) -> TrainConfig:
+    return TrainConfig(**{k: getattr(config, k) for k in HELD_OUT_FIELDS})
+
+
+@partial(jit, static_argnums=0)
+def _held_out_gram(config: TrainConfig) -> Batch:
     n = config.eval_samples
     return jax.vmap(lambda phase: _eval_slice(config, False, n, phase, 0))(
         jnp.arange(config.stride)
     )
 
 
-@functools.lru_cache(maxsize=2)
 def _shared_held_out(config: TrainConfig) -> Batch:
     """`held_out_gram`, drawn once per process: a batch of runs costs as much to draw it as 64 steps."""
-    return held_out_gram(config)
+    return _cached_held_out(_held_out_key(config))
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_held_out(key: TrainConfig) -> Batch:
+    return _held_out_gram(key)
 
 
 def evaluate(

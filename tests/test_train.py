@@ -1,8 +1,11 @@
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import theory
 from idealized.config import TrainConfig
+from idealized.xla import jit
 from sims import train as trainer
 from sims.train import TrainingDiverged, train, train_many
 
@@ -71,6 +74,20 @@ def test_vmapped_runs_equal_single_runs_and_are_deterministic():
         np.testing.assert_allclose(together.step_loss, alone.step_loss, rtol=1e-5)
 
 
+def test_a_run_does_not_depend_on_the_runs_batched_with_it():
+    # paper_repro trains every figure's runs in one call (sims.experiments.train_planned):
+    # a run must give the numbers it gives alone, bit for bit, whatever shares its batch.
+    config = SMALL.replace(seed=3)
+    alone = train(config)
+    others = [SMALL.replace(seed=1, lr=0.5), SMALL.replace(seed=4, gain=5.0, init_scale=0.3)]
+    together = train_many([others[0], config, others[1]])[1]
+    for field in ("pooling_weights", "phase_accuracy", "loss"):
+        np.testing.assert_array_equal(
+            getattr(together.history, field), getattr(alone.history, field)
+        )
+    np.testing.assert_array_equal(together.step_loss, alone.step_loss)
+
+
 def test_new_hyperparameter_values_do_not_recompile():
     train_many([SMALL.replace(seed=0), SMALL.replace(seed=1)])
     sizes = trainer._advance_many._cache_size(), trainer._init_many._cache_size()
@@ -81,6 +98,26 @@ def test_new_hyperparameter_values_do_not_recompile():
         ]
     )
     assert (trainer._advance_many._cache_size(), trainer._init_many._cache_size()) == sizes
+
+
+def test_held_out_set_is_shared_by_configs_that_draw_it_alike():
+    # The set depends on the sampler's fields only: a config that differs elsewhere gets the
+    # same numbers from the same compiled draw, equal to drawing with its own full config.
+    base = SMALL.replace(eval_samples=64)
+    other = base.replace(heads=2, phase_entropy=0.1, operator="mean_pool", steps=7, lr=0.5)
+    draw = jax.vmap(lambda p: trainer._eval_slice(other, False, 64, p, 0))
+    direct = jit(lambda: draw(jnp.arange(4)))()  # compiled as the trainer's draw is
+    shared = trainer.held_out_gram(base)
+    size = trainer._held_out_gram._cache_size()
+    for a, b in zip(
+        jax.tree.leaves(trainer.held_out_gram(other)), jax.tree.leaves(direct), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(shared), jax.tree.leaves(direct), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert trainer._held_out_gram._cache_size() == size
+    moved = trainer.held_out_gram(base.replace(chunks=17))
+    assert moved.gram.shape[2] == 17 and trainer._held_out_gram._cache_size() == size + 1
 
 
 def test_history_times_are_lr_times_steps():

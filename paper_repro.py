@@ -29,6 +29,7 @@ import argparse
 import csv
 import importlib
 import importlib.util
+import json
 import math
 import os
 import platform
@@ -47,6 +48,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
+SHARED = "sgd_runs"  # the figures' SGD runs, trained together before the figures
 COLUMNS = ("name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass")
 
 
@@ -83,6 +85,15 @@ def parse(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--out", default="figures/out", help="output folder (default figures/out)")
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        metavar="N",
+        help="processes making figures at once: 1, or 2 (two groups of figures that share no "
+        "SGD runs; default 2 where there are 2 CPUs)",
+    )
+    p.add_argument("--worker-json", help=argparse.SUPPRESS)  # set by run_jobs for its workers
+    p.add_argument(
         "--check",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -90,7 +101,10 @@ def parse(argv=None) -> argparse.Namespace:
         "simulations (about 4 minutes at quick size); default: on with --full, off with "
         "--quick, whose agreement table comes from the figure runs alone",
     )
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error(f"--jobs: must be an integer >= 1, got {args.jobs}")
+    return args
 
 
 def enable_compilation_cache(out: Path) -> None:
@@ -100,7 +114,7 @@ def enable_compilation_cache(out: Path) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def provenance(size, wall: float, times: dict, cpu: dict) -> dict:
+def provenance(size, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict:
     def git(*args):
         try:
             return subprocess.run(
@@ -124,6 +138,7 @@ def provenance(size, wall: float, times: dict, cpu: dict) -> dict:
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
         "size": size,
+        "jobs": jobs,
         "wall_seconds": wall,
         "figure_seconds": times,
         "cpu_seconds": sum(cpu.values()),
@@ -188,10 +203,13 @@ def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: di
         + ", ".join(f"{x:.1f}" for x in p["load_average"]),
         f"* size preset: `{p['size']}` (seeds are 0..seeds-1 for SGD; fixed numpy seeds for "
         "flow starts; held-out needles from eval_seed 12345)",
-        f"* wall time: {p['wall_seconds']:.1f} s; per figure: "
+        f"* wall time: {p['wall_seconds']:.1f} s with {p['jobs']} process(es) making figures "
+        f"at once; per step ({SHARED}: a process's SGD runs, trained together before its "
+        "figures; each figure's own time excludes them): "
         + ", ".join(f"{k} {v:.1f} s" for k, v in p["figure_seconds"].items()),
-        f"* CPU time (all threads of this process; far less sensitive to other load than wall time): "
-        f"{p['cpu_seconds']:.1f} s; per figure: "
+        "* CPU time (all threads of the processes that made figures; far less sensitive to "
+        "other load than wall time): "
+        f"{p['cpu_seconds']:.1f} s; per step: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in p["figure_cpu_seconds"].items()),
         "",
     ]
@@ -214,12 +232,55 @@ def main(argv=None) -> int:
     from sims import experiments
 
     size = experiments.SIZES[args.size]
-    store_dir = out / "store"
     start = time.perf_counter()
+    groups = job_groups(args.only, args.jobs)
+    if args.worker_json:  # one group of a parallel run: figures only, results to the parent
+        made = make_figures(args.only, size, out)
+        Path(args.worker_json).write_text(json.dumps(made))
+        return 0
+    made = make_figures(args.only, size, out) if len(groups) == 1 else run_jobs(args, groups)
+    made = in_figure_order(made)
+    rows, captions, errors, times, cpu = (
+        made[k] for k in ("rows", "made", "errors", "times", "cpu")
+    )
+    if args.check if args.check is not None else args.size == "full":
+        try:
+            rows += check_rows(size.name)
+        except Exception:  # reported in REPORT.md and fails the run, figures are kept
+            errors["sims.check"] = traceback.format_exc()
+    wall = time.perf_counter() - start
+    write_report(out, rows, captions, errors, provenance(size, wall, times, cpu, len(groups)))
+    failed = [r for r in rows if not r["pass"]]
+    print(
+        f"[paper_repro] {len(captions)} figures, {len(rows)} rows, {len(failed)} failing, "
+        f"{len(errors)} errors, {wall:.0f} s -> {out / 'REPORT.md'}",
+        file=sys.stderr,
+    )
+    return 1 if failed or errors else 0
+
+
+def _log(message: str) -> None:
+    print(f"[paper_repro] {message}", file=sys.stderr, flush=True)
+
+
+def make_figures(names, size, out: Path) -> dict:
+    """Train the figures' SGD runs together, then make each figure: its rows, caption, times."""
+    from sims import experiments
+
+    store_dir = out / "store"
     rows, made, errors, times, cpu = [], {}, {}, {}, {}
-    for name in args.only:
+    t0, c0 = time.perf_counter(), time.process_time()
+    _log(f"SGD runs of {', '.join(names)}, trained together ...")
+    try:
+        trained = experiments.train_planned(names, size, store_dir)
+    except Exception:  # e.g. a diverged run: each figure then trains (and reports) its own
+        trained = 0
+        print(traceback.format_exc(), file=sys.stderr)
+    times[SHARED], cpu[SHARED] = time.perf_counter() - t0, time.process_time() - c0
+    _log(f"{trained} SGD runs: {times[SHARED]:.1f} s ({cpu[SHARED]:.0f} CPU-s)")
+    for name in names:
         t0, c0 = time.perf_counter(), time.process_time()
-        print(f"[paper_repro] {name} ...", file=sys.stderr, flush=True)
+        _log(f"{name} ...")
         try:
             run, predict, rows_of = experiments.experiment(name)
             results = run(size, store_dir)
@@ -236,25 +297,74 @@ def main(argv=None) -> int:
             print(errors[name], file=sys.stderr)
         times[name] = time.perf_counter() - t0
         cpu[name] = time.process_time() - c0
-        print(
-            f"[paper_repro] {name}: {times[name]:.1f} s ({cpu[name]:.0f} CPU-s)",
-            file=sys.stderr,
-            flush=True,
-        )
-    if args.check if args.check is not None else args.size == "full":
-        try:
-            rows += check_rows(size.name)
-        except Exception:  # reported in REPORT.md and fails the run, figures are kept
-            errors["sims.check"] = traceback.format_exc()
-    wall = time.perf_counter() - start
-    write_report(out, rows, made, errors, provenance(size, wall, times, cpu))
-    failed = [r for r in rows if not r["pass"]]
-    print(
-        f"[paper_repro] {len(made)} figures, {len(rows)} rows, {len(failed)} failing, "
-        f"{len(errors)} errors, {wall:.0f} s -> {out / 'REPORT.md'}",
-        file=sys.stderr,
-    )
-    return 1 if failed or errors else 0
+        _log(f"{name}: {times[name]:.1f} s ({cpu[name]:.0f} CPU-s)")
+    return {"rows": rows, "made": made, "errors": errors, "times": times, "cpu": cpu}
+
+
+# Figures whose SGD runs overlap (the canonical structure at several N and s) stay in one
+# job, so that no run is trained twice; the two groups cost about the same CPU time at
+# --quick (the first ~210 CPU-s, the second ~170).
+AFFINITY = (
+    ("support_size", "pooling_dynamics", "weak_spots", "phase_diagram", "specialization_time"),
+    ("head_ablation", "mitigations", "finite_d_accuracy", "learned_gain", "operators",
+     "rope_anchoring", "growth_rate"),
+)  # fmt: skip
+
+
+def job_groups(names, jobs: int) -> list[list[str]]:
+    """`names` split into at most `jobs` groups along AFFINITY (one group when jobs is 1)."""
+    if jobs <= 1:
+        return [list(names)]
+    groups = [[n for n in group if n in names] for group in AFFINITY]
+    rest = [n for n in names if not any(n in group for group in AFFINITY)]
+    groups[-1] += rest
+    return [g for g in groups if g] or [list(names)]
+
+
+def run_jobs(args, groups: list[list[str]]) -> dict:
+    """Each group in its own process (`--worker-json`), at once; their results merged.
+
+    Tracing and XLA compilation are single-threaded, so one process leaves the second core
+    idle for much of a run; two processes keep both busy. Both share the result store
+    (safe for concurrent writers, sims.store) and the compilation cache.
+    """
+    out = Path(args.out)
+    size_flag = f"--{args.size}"
+    procs = []
+    for i, group in enumerate(groups):
+        target = out / f".worker-{i}.json"
+        target.unlink(missing_ok=True)
+        command = [sys.executable, str(Path(__file__).resolve()), size_flag, "--out", str(out)]
+        command += ["--jobs", "1", "--worker-json", str(target), "--only", *group]
+        procs.append((group, target, subprocess.Popen(command)))
+    merged = {"rows": [], "made": {}, "errors": {}, "times": {}, "cpu": {}}
+    for i, (group, target, proc) in enumerate(procs):
+        code = proc.wait()
+        if code != 0 or not target.exists():
+            merged["errors"][f"job {i} ({', '.join(group)})"] = f"worker exited with code {code}"
+            continue
+        part = json.loads(target.read_text())
+        target.unlink()
+        merged["rows"] += part["rows"]
+        merged["made"].update(part["made"])
+        merged["errors"].update(part["errors"])
+        merged["times"].update({_job_key(k, i): v for k, v in part["times"].items()})
+        merged["cpu"].update({_job_key(k, i): v for k, v in part["cpu"].items()})
+    return merged
+
+
+def in_figure_order(made: dict) -> dict:
+    """`make_figures`' output with rows and figures in FIGURES order (the report's order)."""
+    from sims.experiments import FIGURES
+
+    order = {name: i for i, name in enumerate(FIGURES)}
+    made["rows"].sort(key=lambda r: order.get(r["figure"], len(order)))  # stable within a figure
+    made["made"] = dict(sorted(made["made"].items(), key=lambda kv: order[kv[0]]))
+    return made
+
+
+def _job_key(key: str, job: int) -> str:
+    return f"{key} (job {job})" if key == SHARED else key
 
 
 if __name__ == "__main__":

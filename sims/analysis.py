@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import equinox as eqx
 import jax
@@ -246,15 +246,30 @@ def aggregate(summaries: Sequence[dict]) -> dict:
     }
 
 
+def operator_configs(
+    base: TrainConfig, operators: Sequence[str], seeds: Sequence[int]
+) -> dict[str, list[TrainConfig]]:
+    """The runs `compare_operators` trains: per operator, `base` at each seed."""
+    return {op: [base.replace(operator=op, seed=s) for s in seeds] for op in operators}
+
+
 def compare_operators(
-    base: TrainConfig, operators: Sequence[str], seeds: Sequence[int], progress=None
+    base: TrainConfig,
+    operators: Sequence[str],
+    seeds: Sequence[int],
+    progress=None,
+    train: Callable[[list[TrainConfig]], list] | None = None,
 ) -> dict:
-    """Train every operator under the same budget (steps, batch, lr) over seeds; aggregate each."""
+    """Train every operator under the same budget (steps, batch, lr) over seeds; aggregate each.
+
+    `train` trains a list of configs (default `train_many`; the figure drivers pass their
+    memo, which may hold the runs already).
+    """
+    train = train or functools.partial(train_many, progress=progress)
     out = {}
-    for operator in operators:
-        configs = [base.replace(operator=operator, seed=s) for s in seeds]
+    for operator, configs in operator_configs(base, operators, seeds).items():
         try:
-            summaries = [r.summary() for r in train_many(configs, progress=progress)]
+            summaries = [r.summary() for r in train(configs)]
         except TrainingDiverged as error:
             out[operator] = {"diverged": str(error)}
             continue
@@ -307,18 +322,34 @@ def predicted_phase_accuracy(config: TrainConfig) -> np.ndarray:
     )
 
 
+def mitigation_configs(
+    base: TrainConfig, mitigations: dict, seeds: Sequence[int]
+) -> dict[str, list[TrainConfig]]:
+    """The runs `compare_mitigations` trains: per mitigation, `base` with its overrides at each seed."""
+    return {
+        name: [base.replace(seed=s, **overrides) for s in seeds]
+        for name, overrides in mitigations.items()
+    }
+
+
 def compare_mitigations(
-    base: TrainConfig, mitigations: dict, seeds: Sequence[int], progress=None
+    base: TrainConfig,
+    mitigations: dict,
+    seeds: Sequence[int],
+    progress=None,
+    train: Callable[[list[TrainConfig]], list] | None = None,
 ) -> dict:
     """Each mitigation over seeds: measured and predicted `delta_max`, mean accuracy and costs.
 
     `mitigations` maps a name to config overrides (e.g. `MITIGATIONS`). Predictions run the
     reduced flow of the variant from each run's own start (`predicted_phase_accuracy`).
+    `train` as in `compare_operators`.
     """
+    train = train or functools.partial(train_many, progress=progress)
     out = {}
-    for name, overrides in mitigations.items():
-        configs = [base.replace(seed=s, **overrides) for s in seeds]
-        summaries = [r.summary() for r in train_many(configs, progress=progress)]
+    for name, configs in mitigation_configs(base, mitigations, seeds).items():
+        overrides = mitigations[name]
+        summaries = [r.summary() for r in train(configs)]
         predicted = [predicted_phase_accuracy(c) for c in configs]
         row = aggregate(summaries)
         row["predicted_delta_max"] = _interval([delta_max(p) for p in predicted])

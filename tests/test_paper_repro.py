@@ -52,3 +52,28 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     monkeypatch.setattr(repro, "check_rows", lambda size_name: [{"figure": "check", **bad}])
     assert repro.main([*argv, "--check"]) == 1
     assert "**FAIL**" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_two_jobs_give_the_serial_run_numbers(tmp_path):
+    # --jobs 2 makes the figures in two processes (the two groups of paper_repro.AFFINITY)
+    # and merges them: the same rows, in FIGURES order, as one process making both.
+    repro = _paper_repro()
+    names = ["growth_rate", "weak_spots"]  # one cheap figure from each group
+    assert len(repro.job_groups(names, 2)) == 2
+    both = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        code = repro.main(["--tiny", "--only", *names, "--out", str(out), "--jobs", str(jobs)])
+        with open(out / "report.csv") as f:
+            rows = list(csv.DictReader(f))
+        failing = [r for r in rows if r["pass"] != "True"]
+        assert code == (1 if failing else 0)
+        report = (out / "REPORT.md").read_text()
+        assert report.index("### 1. weak_spots") < report.index("### 2. growth_rate")
+        assert f"with {jobs} process(es)" in report
+        assert not list(out.glob(".worker-*.json"))
+        both[jobs] = rows
+    assert [r["figure"] for r in both[2]] == sorted(
+        (r["figure"] for r in both[2]), key=experiments.FIGURES.index
+    )
+    assert both[2] == both[1]

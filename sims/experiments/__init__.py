@@ -21,7 +21,17 @@ from __future__ import annotations
 
 import importlib
 
-from sims.experiments._common import FIGURES, SIZES, VERSIONS, Size, cached, plain, row
+from sims.experiments._common import (
+    FIGURES,
+    SIZES,
+    VERSIONS,
+    Size,
+    cached,
+    plain,
+    row,
+    stored,
+    train,
+)
 
 __all__ = [
     "FIGURES",
@@ -33,6 +43,8 @@ __all__ = [
     "experiment",
     "plain",
     "row",
+    "planned_configs",
+    "train_planned",
 ]
 
 
@@ -51,3 +63,31 @@ def experiment(name: str):
 def agreement_rows(name: str, results: dict, predictions: dict) -> list[dict]:
     """The agreement rows of one figure's runs (the `weakspots check` row format)."""
     return experiment(name)[2](results, predictions)
+
+
+def planned_configs(name: str, size: Size) -> list:
+    """The SGD runs figure `name` trains at `size` (its module's `configs_<name>`; [] if none)."""
+    if name not in FIGURES:
+        raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
+    module = importlib.import_module(f"sims.experiments.{name}")
+    configs = getattr(module, f"configs_{name}", None)
+    return [] if configs is None else list(configs(size))
+
+
+def train_planned(names, size: Size, store_dir=None) -> int:
+    """Train, in one call, every run the figures `names` will ask for and have not stored.
+
+    Runs that share `TrainConfig.static` then share one compiled program across figures
+    (weak_spots, phase_diagram, specialization_time and support_size all train the
+    canonical structure); the figures find them in the in-process memo. Returns the number
+    of distinct runs trained.
+    """
+    configs = [
+        c
+        for name in names
+        if not stored(store_dir, "run", name, size)
+        for c in planned_configs(name, size)
+    ]
+    configs = list(dict.fromkeys(configs))
+    train(configs)
+    return len(configs)

@@ -105,16 +105,27 @@ def plain(x):
     return x
 
 
-def cached(store_dir, kind: str, name: str, size: Size, compute: Callable[[], dict]) -> dict:
-    """`compute()` once per (kind, figure, size, VERSIONS[figure]); later calls read the store."""
-    if store_dir is None:
-        return plain(compute())
-    config = {
+def _store_key(kind: str, name: str, size: Size) -> dict:
+    return {
         "kind": kind,
         "figure": name,
         "size": json.dumps(dataclasses.asdict(size), sort_keys=True),
         "version": VERSIONS[name],
     }
+
+
+def stored(store_dir, kind: str, name: str, size: Size) -> bool:
+    """Whether `cached(store_dir, kind, name, size, ...)` would read the store."""
+    return store_dir is not None and store.has_run(
+        store_dir, store.config_hash(_store_key(kind, name, size))
+    )
+
+
+def cached(store_dir, kind: str, name: str, size: Size, compute: Callable[[], dict]) -> dict:
+    """`compute()` once per (kind, figure, size, VERSIONS[figure]); later calls read the store."""
+    if store_dir is None:
+        return plain(compute())
+    config = _store_key(kind, name, size)
     run_hash = store.config_hash(config)
     if store.has_run(store_dir, run_hash):
         table = store.load(store_dir, on_damaged="skip")
@@ -130,7 +141,14 @@ _TRAINED: dict[TrainConfig, TrainResult] = {}
 
 
 def train(configs: Sequence[TrainConfig]) -> list[TrainResult]:
-    """train_many with an in-process memo: figures that share a run train it once."""
+    """train_many with an in-process memo: figures that share a run train it once.
+
+    A figure module that trains declares its runs in `configs_<name>(size)`, so a caller
+    making several figures can train all of them in one call first
+    (`sims.experiments.train_planned`): runs of one `TrainConfig.static` then share one
+    compiled program whichever figures ask for them. A run's numbers do not depend on the
+    runs it is batched with (checked bit for bit in tests/test_train.py).
+    """
     missing = [c for c in dict.fromkeys(configs) if c not in _TRAINED]
     if missing:
         _TRAINED.update(zip(missing, train_many(missing), strict=True))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from idealized.config import TrainConfig
 from sims.experiments._common import Size, base_config, cached, row, train
+
+
+def configs_head_ablation(size: Size) -> list[TrainConfig]:
+    """One canonical run (seed 0) per head count in size.heads."""
+    return [base_config(size, heads=h) for h in size.heads]
 
 
 def run_head_ablation(size: Size, store_dir=None) -> dict:
@@ -12,7 +18,7 @@ def run_head_ablation(size: Size, store_dir=None) -> dict:
     from sims.analysis import ablate
 
     def compute():
-        configs = [base_config(size, heads=h) for h in size.heads]
+        configs = configs_head_ablation(size)
         out = []
         for c, r in zip(configs, train(configs), strict=True):
             res = ablate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from sims.experiments._common import (
     CHUNKS,
     DIM,
@@ -15,10 +16,31 @@ from sims.experiments._common import (
     cached,
     row,
     support_prediction,
+    train,
 )
 
 GRAM_OPERATORS = ("softmax_pool", "mean_pool", "linear")
 KEY_OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
+
+
+def _operators(size: Size) -> tuple[str, ...]:
+    return GRAM_OPERATORS + (KEY_OPERATORS if size.real_keys else ())
+
+
+def _base(size: Size) -> TrainConfig:
+    # Only the final evaluation is reported, and evaluating never touches a run's random
+    # stream, so one evaluation at the end gives the same numbers (bit for bit): a
+    # real-key operator redraws its held-out keys (s * eval_samples needles of N s d
+    # numbers) at every evaluation, which at `eval_every=10` costs more than training.
+    return base_config(size, eval_every=size.steps)
+
+
+def configs_operators(size: Size) -> list[TrainConfig]:
+    """Every operator of this size at each of size.seeds seeds, evaluated once at the end."""
+    from sims.analysis import operator_configs
+
+    runs = operator_configs(_base(size), _operators(size), range(size.seeds))
+    return [c for configs in runs.values() for c in configs]
 
 
 def run_operators(size: Size, store_dir=None) -> dict:
@@ -26,13 +48,8 @@ def run_operators(size: Size, store_dir=None) -> dict:
     from sims.analysis import compare_operators
 
     def compute():
-        ops = GRAM_OPERATORS + (KEY_OPERATORS if size.real_keys else ())
-        seeds = list(range(size.seeds))
-        # Only the final evaluation is reported, and evaluating never touches a run's random
-        # stream, so one evaluation at the end gives the same numbers (bit for bit): a
-        # real-key operator redraws its held-out keys (s * eval_samples needles of N s d
-        # numbers) at every evaluation, which at `eval_every=10` costs more than training.
-        out = compare_operators(base_config(size, eval_every=size.steps), ops, seeds)
+        ops = _operators(size)
+        out = compare_operators(_base(size), ops, list(range(size.seeds)), train=train)
         return {
             "operators": list(ops),
             "results": out,

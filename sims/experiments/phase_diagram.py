@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from idealized.metrics import specialization_index, support_size
 from sims.experiments._common import (
     CHUNKS,
@@ -19,6 +20,12 @@ from sims.experiments._common import (
     row,
     train,
 )
+
+
+def configs_phase_diagram(size: Size) -> list[TrainConfig]:
+    """The SGD points: N across size.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
+    points = [(n, GAIN) for n in size.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
+    return [base_config(size, chunks=n, gain=g) for n, g in points]
 
 
 def run_phase_diagram(size: Size, store_dir=None) -> dict:
@@ -38,8 +45,7 @@ def run_phase_diagram(size: Size, store_dir=None) -> dict:
             ts=np.linspace(0.0, t_end, 3),
         )
         index = specialization_index(ode["pooling_weights"][:, -1, 0]).reshape(nn.shape)
-        points = [(n, GAIN) for n in size.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
-        configs = [base_config(size, chunks=n, gain=g) for n, g in points]
+        configs = configs_phase_diagram(size)
         sgd = []
         for c, r in zip(configs, train(configs), strict=True):
             w = np.asarray(r.model.pooling_weights(), float)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from idealized.metrics import support_size
 from sims.experiments._common import (
     CHUNKS,
@@ -26,19 +27,23 @@ from sims.flow import reduced_flow
 POOLING_INIT = 0.3
 
 
+def configs_pooling_dynamics(size: Size) -> list[TrainConfig]:
+    """SGD at d = 64 and d = 1024 from init scale 0.3, size.seeds seeds each."""
+    return [
+        base_config(size, dim=d, seed=s, init_scale=POOLING_INIT)
+        for d in (DIM, 1024)
+        for s in range(size.seeds)
+    ]
+
+
 def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
     """SGD pooling weights at d = 64 and d = 1024, and from each run's own start the reduced
     (d = inf) flow and the finite-d corrected flow (sims.flow.reduced_flow(dim=d))."""
 
     def compute():
-        dims = (DIM, 1024)
         # Init scale 0.3 (THEORY 6.10): the start, not early SGD noise, then picks the support,
         # so SGD and the flow from the same start can be compared phase by phase.
-        configs = [
-            base_config(size, dim=d, seed=s, init_scale=POOLING_INIT)
-            for d in dims
-            for s in range(size.seeds)
-        ]
+        configs = configs_pooling_dynamics(size)
         results = train(configs)
         starts = np.stack([sgd_start(c) for c in configs])
         times = np.asarray(results[0].history.times, float)

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from idealized.metrics import harmonic_spectrum
 from sims.experiments._common import (
     CHUNKS,
@@ -24,6 +25,11 @@ from sims.train import Hyper, evaluate, init
 from theory import interventions as tint
 
 ROPE_DIM = 64
+
+
+def configs_rope_anchoring(size: Size) -> list[TrainConfig]:
+    """At sizes with real keys, one trained softmax_pool run with RoPE-anchored keys."""
+    return [base_config(size, rope_anchor=True, rope_dim=ROPE_DIM)] if size.real_keys else []
 
 
 def run_rope_anchoring(size: Size, store_dir=None) -> dict:
@@ -44,9 +50,9 @@ def run_rope_anchoring(size: Size, store_dir=None) -> dict:
                 "samples": fixed.eval_samples,
             }
         )
-        if size.real_keys:
-            trained_cfg = base_config(size, rope_anchor=True, rope_dim=ROPE_DIM)
-            (r,) = train([trained_cfg])
+        for trained_cfg, r in zip(
+            configs_rope_anchoring(size), train(configs_rope_anchoring(size)), strict=True
+        ):
             out["cases"].append(
                 {
                     "name": "softmax_pool (trained)",

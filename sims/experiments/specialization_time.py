@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from sims.experiments._common import (
     CHUNKS,
     EVENT_LEVEL,
@@ -20,6 +21,13 @@ from sims.experiments._common import (
     row,
     train,
 )
+
+
+def configs_specialization_time(size: Size) -> list[TrainConfig]:
+    """SGD at each of size.init_scales, size.seeds seeds each."""
+    return [
+        base_config(size, init_scale=a, seed=s) for a in size.init_scales for s in range(size.seeds)
+    ]
 
 
 def run_specialization_time(size: Size, store_dir=None) -> dict:
@@ -39,11 +47,7 @@ def run_specialization_time(size: Size, store_dir=None) -> dict:
                 ts=np.linspace(0.0, t_max, 3),
             )
             ode.append({"init_scale": scale, "times": out["specialization_time"]})
-        configs = [
-            base_config(size, init_scale=a, seed=s)
-            for a in size.init_scales
-            for s in range(size.seeds)
-        ]
+        configs = configs_specialization_time(size)
         sgd = []
         for c, r in zip(configs, train(configs), strict=True):
             delta = order_parameter(np.asarray(r.history.pooling_weights, float))

@@ -7,6 +7,7 @@ import functools
 import numpy as np
 
 import theory
+from idealized.config import TrainConfig
 from sims.experiments._common import (
     CHUNKS,
     DIM,
@@ -44,17 +45,21 @@ def _seeds(size: Size, stride: int, chunks: int) -> int:
     return max(size.seeds, UNIFORM_SEEDS) if below else size.seeds
 
 
+def configs_support_size(size: Size) -> list[TrainConfig]:
+    """SGD at every (s, N) point of the two sweeps, `_seeds` seeds each."""
+    return [
+        base_config(size, stride=s, chunks=n, seed=seed)
+        for _, s, n in _support_points(size)
+        for seed in range(_seeds(size, s, n))
+    ]
+
+
 def run_support_size(size: Size, store_dir=None) -> dict:
     """Final support size and delta_max of SGD (d = 64, gain 16) against N and against s."""
 
     def compute():
         points = _support_points(size)
-        configs = [
-            base_config(size, stride=s, chunks=n, seed=seed)
-            for _, s, n in points
-            for seed in range(_seeds(size, s, n))
-        ]
-        results = train(configs)
+        results = train(configs_support_size(size))
         out = []
         for axis, s, n in points:
             runs = list(

@@ -40,13 +40,17 @@ def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed
     return hits, counts
 
 
+def configs_weak_spots(size: Size) -> list[TrainConfig]:
+    """SGD at N = 64 (past N_c) and N = 12 (below), seed 0."""
+    return [base_config(size, chunks=n) for n in (CHUNKS, 12)]
+
+
 def run_weak_spots(size: Size, store_dir=None) -> dict:
     """SGD at N = 64 (past N_c) and N = 12 (below): accuracy by needle position over 4 chunks."""
 
     def compute():
         out = {"shown_chunks": 4, "runs": []}
-        chunk_list = (CHUNKS, 12)
-        results = train([base_config(size, chunks=n) for n in chunk_list])
+        results = train(configs_weak_spots(size))
         for r in results:
             hits, counts = position_accuracy(r.config, r.model, size.position_samples, 4)
             summary = r.summary()

@@ -272,7 +272,7 @@ def make_figures(names, size, out: Path) -> dict:
     t0, c0 = time.perf_counter(), time.process_time()
     _log(f"SGD runs of {', '.join(names)}, trained together ...")
     try:
-        trained = experiments.train_planned(names, size, store_dir)
+        trained = experiments.train_planned(names, size, store_dir, log=_log)
     except Exception:  # e.g. a diverged run: each figure then trains (and reports) its own
         trained = 0
         print(traceback.format_exc(), file=sys.stderr)

@@ -19,7 +19,9 @@ One module per figure (`sims.experiments.<name>`); the plumbing they share is in
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import time
 
 from sims.experiments._common import (
     FIGURES,
@@ -74,13 +76,13 @@ def planned_configs(name: str, size: Size) -> list:
     return [] if configs is None else list(configs(size))
 
 
-def train_planned(names, size: Size, store_dir=None) -> int:
-    """Train, in one call, every run the figures `names` will ask for and have not stored.
+def train_planned(names, size: Size, store_dir=None, log=None) -> int:
+    """Train, together, every run the figures `names` will ask for and have not stored.
 
     Runs that share `TrainConfig.static` then share one compiled program across figures
     (weak_spots, phase_diagram, specialization_time and support_size all train the
-    canonical structure); the figures find them in the in-process memo. Returns the number
-    of distinct runs trained.
+    canonical structure); the figures find them in the in-process memo. `log(message)`
+    hears of each finished structure. Returns the number of distinct runs trained.
     """
     configs = [
         c
@@ -88,6 +90,27 @@ def train_planned(names, size: Size, store_dir=None) -> int:
         if not stored(store_dir, "run", name, size)
         for c in planned_configs(name, size)
     ]
-    configs = list(dict.fromkeys(configs))
-    train(configs)
-    return len(configs)
+    groups: dict = {}
+    for config in dict.fromkeys(configs):
+        groups.setdefault(config.static, []).append(config)
+    start = time.perf_counter()
+    for i, (static, members) in enumerate(groups.items(), 1):
+        train(members)
+        if log is not None:
+            log(
+                f"SGD structure {i}/{len(groups)} ({_describe(static)}): {len(members)} run(s), "
+                f"{time.perf_counter() - start:.0f} s so far"
+            )
+    return sum(len(m) for m in groups.values())
+
+
+def _describe(config) -> str:
+    """The fields of a static config that differ from the canonical one (or 'canonical')."""
+    canonical = type(config)()
+    changed = [
+        f"{f.name}={getattr(config, f.name)}"
+        for f in dataclasses.fields(config)
+        if getattr(config, f.name) != getattr(canonical, f.name)
+        and f.name not in ("steps", "eval_every", "eval_samples")
+    ]
+    return ", ".join(changed) or "canonical"

@@ -131,7 +131,8 @@ def paired_ratio(times, work: dict[str, float], top: str, bottom: str, clock: st
     return float(np.median(ratios))
 
 
-def _ratios(times, work, top: str, bottom: str) -> dict[str, float]:
+def ratios(times, work, top: str, bottom: str) -> dict[str, float]:
+    """`paired_ratio` of `top` over `bottom` on both clocks: {"wall": ..., "cpu": ...}."""
     return {clock: paired_ratio(times, work, top, bottom, clock) for clock in ("wall", "cpu")}
 
 
@@ -170,8 +171,8 @@ def bench_training(settings: BenchSettings, log: Callable[[str], None]) -> dict:
     steady = float(np.median([t.wall for t in times["trainer"]]))
     return {
         "rates": rates,  # model-steps per second; absolute values only mean much off the CPU
-        "speedup_vs_naive_loop": _ratios(times, work, "trainer", "naive_loop"),
-        "fraction_of_rng_limit": _ratios(times, work, "trainer", "rng_limit"),
+        "speedup_vs_naive_loop": ratios(times, work, "trainer", "naive_loop"),
+        "fraction_of_rng_limit": ratios(times, work, "trainer", "rng_limit"),
         "compile_seconds": max(first.wall - steady, 0.0),
         "rng_limit_compile_seconds": rng_compile.wall,
         "naive_compile_seconds": naive_compile.wall,

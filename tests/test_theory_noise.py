@@ -291,3 +291,26 @@ def test_discrete_escape_needs_noise_and_grows_with_it():
     assert escape_fraction_discrete(quiet, *args, chains=64) == 0.0
     loud = {"drop": drops, "noise": np.full(18, 2.0), "transverse_noise": np.full(18, 2.0)}
     assert escape_fraction_discrete(loud, *args, chains=64) > 0.9
+
+
+@pytest.mark.slow  # about 2 min on 2 cores
+@pytest.mark.parametrize(("lr", "steps"), [(2.0, 600), (1.0, 1200)])
+def test_discrete_escape_fraction_matches_sgd(lr, steps):
+    """s=4 N=64 d=64 gain 16 (metastable uniform), t = 1200: the SGD recursion on L_d with the
+    escape path's noise (theory.escape_fraction_discrete, 1024 chains) against 64 SGD seeds
+    of the trainer; escaped means min alpha < 0.1 at the end, in both."""
+    from scipy.stats import binom
+
+    from theory import escape_fraction_discrete
+    from theory.noise import escape_path_finite_d
+
+    seeds = 64
+    config = TrainConfig(stride=4, chunks=64, lr=lr, steps=steps, eval_every=steps)
+    path = escape_path_finite_d(4, 64, 64, 16.0, samples=2**14)
+    p = escape_fraction_discrete(
+        path, 4, 64, 64, 16.0, lr, config.batch, steps, config.init_scale, chains=1024
+    )
+    results = train_many([config.replace(seed=s) for s in range(seeds)])
+    escaped = sum(float(np.min(r.model.pooling_weights())) < 0.1 for r in results)
+    low, high = binom.interval(ESCAPE_LEVEL, seeds, p)
+    assert low <= escaped <= high, (p, escaped)

@@ -1,6 +1,7 @@
 """Regenerate every theory figure and the theory-vs-simulation report with one command.
 
-    python paper_repro.py [--quick | --full] [--only NAME ...] [--out DIR] [--[no-]check]
+    python paper_repro.py [--quick | --full] [--only NAME ...] [--out DIR] [--jobs N]
+                          [--[no-]check]
 
 For each selected figure: `sims.experiments.run_<name>` (simulations; results kept in the
 result store under OUT/store, so a rerun reuses them), `predict_<name>` (theory/),
@@ -9,18 +10,32 @@ report.csv in OUT: the agreement table (plus `sims.check.agreement_rows` when th
 exists), each figure with two lines on what it shows, and the run's provenance.
 Exit code 1 if any agreement row fails or a figure could not be made.
 
-Runtime on 2 CPU cores, cold (empty store and compilation cache): --quick 365 s in the
-script (7:02 wall with `pip install -e .` in a fresh virtual environment; 548 CPU-s), over
-its 5-minute target; the slowest figures are support_size (70 s: SGD at 7 points plus the
-finite-d support flows and escape chains), mitigations (62 s), head_ablation (58 s) and
-pooling_dynamics (52 s), most of it XLA compiling the trainer per configuration. A rerun
-that reuses the store and the compilation cache takes 22 s (17 s in the script). --full has
-not been run to the end on CPU. Measured at low priority beside other jobs (CPU time, which other load
-barely changes): weak_spots 30 CPU-s, pooling_dynamics 191, phase_diagram 95, growth_rate
-34, specialization_time 60, support_size 327 (before its finite-d predictions), head_ablation
-126; operators (8 seeds of each operator, the three real-key ones on explicit keys) had used
-41 CPU-minutes and was still running when it was stopped. So --full needs more than an hour
-of CPU, mostly the real-key operators; no GPU was lent to measure it there.
+The SGD runs of all selected figures are trained first, together (one compiled program
+per model structure, shared across figures); with `--jobs 2` (the default on 2 CPUs) two
+groups of figures that share no runs are made in two processes at once, since tracing
+and XLA compilation keep only one core busy.
+
+Runtime on 2 CPU cores, cold (empty store and compilation cache), README's first command
+on a fresh clone: 3:40 wall including `pip install -e .` in a fresh virtual environment,
+182 s inside the script (366 CPU-s), 72 rows, 0 failing. Per process: the shared SGD
+runs 62 s and 65 s; then head_ablation 51 s (the readout quadrature of every ablated
+head), support_size 56 s (SGD at 7 points plus the finite-d support flows and escape
+chains), pooling_dynamics 34 s, mitigations 22 s, finite_d_accuracy 18 s, learned_gain
+13 s, the rest under 8 s each. The version of 2026-11-29 took 365 s; most of the gain
+is the trainer compiled without XLA:CPU's MLIR fusion emitters (`idealized.xla`:
+training steps 4-5x faster), then the shared training and the two processes. A rerun
+that reuses the store and the compilation cache takes 20 s (16 s in the script).
+
+--full was started on CPU (at low priority, beside other work; CPU times are what
+such load barely changes) and stopped after 80 CPU-minutes, before the end. The first
+job (support_size, pooling_dynamics, weak_spots, phase_diagram, specialization_time)
+finished: 578 CPU-s, of which its 139 SGD runs 314, support_size 170, pooling_dynamics 79.
+The second job's SGD runs: the 11 inner-product structures (heads, mitigations,
+operators) in about 6 CPU-minutes, then the real-key operators at 8 seeds each: max_pool
+about 25 CPU-minutes, low_rank about 11, deepseek_v4 more than 26 (still running when
+stopped); that job's figures and the check rows were not reached. So --full needs well
+over an hour and a half of CPU, most of it the real-key operators; no GPU was lent to
+measure it there.
 """
 
 from __future__ import annotations

@@ -248,11 +248,11 @@ def main(argv=None) -> int:
 
     size = experiments.SIZES[args.size]
     start = time.perf_counter()
-    groups = job_groups(args.only, args.jobs)
     if args.worker_json:  # one group of a parallel run: figures only, results to the parent
         made = make_figures(args.only, size, out)
         Path(args.worker_json).write_text(json.dumps(made))
         return 0
+    groups = job_groups(args.only, args.jobs)
     made = make_figures(args.only, size, out) if len(groups) == 1 else run_jobs(args, groups)
     made = in_figure_order(made)
     rows, captions, errors, times, cpu = (

@@ -4,14 +4,14 @@ Every jitted function of `idealized`, `theory` and `sims` compiles through these
 function gives the same numbers whichever entry point calls it (the options travel with
 the function, not with the process, unlike `XLA_FLAGS`).
 
-`xla_cpu_use_fusion_emitters=False`: XLA:CPU's MLIR fusion emitters (the default since
-jax 0.5) do not vectorise a loop fusion that mixes the counter-based random draw with a
+`xla_cpu_use_fusion_emitters=False`: XLA:CPU's MLIR fusion emitters (the default in the
+jax 0.10 this was measured on) do not vectorise a loop fusion that mixes the counter-based random draw with a
 broadcast operand, such as `scale[:, None, None] * standard_normal(key, (B, N, s))` in
 `idealized.task.sample_batch`: that one fusion took 4.2 ms against 0.8 ms on the older
 emitters, and it dominated the training step. With the older emitters a block of
 training steps runs 4.2 to 4.8 times faster on CPU (canonical, 2 heads, stride 16) and
-compiles 10-30% faster (`python -m benchmarks.xla_options` prints both); whole runs,
-evaluation included, 2 to 3.4 times. Results agree to float32 rounding (one ulp where
+compiles 6-30% faster (`python -m benchmarks.xla_options` prints both); whole runs,
+evaluation included, 1.7 to 3.4 times. Results agree to float32 rounding (one ulp where
 they differ at all). The option is CPU-only: other backends ignore it.
 Jax accepts compiler options on a top-level jit only: inside another jitted function, call
 a function jitted here through its `__wrapped__` (the outer program's options apply).

@@ -50,11 +50,16 @@ __all__ = [
 ]
 
 
-def experiment(name: str):
-    """(run, predict, rows) of figure `name`, from its module `sims.experiments.<name>`."""
+def _module(name: str):
+    """The module `sims.experiments.<name>` of figure `name`."""
     if name not in FIGURES:
         raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
-    module = importlib.import_module(f"sims.experiments.{name}")
+    return importlib.import_module(f"sims.experiments.{name}")
+
+
+def experiment(name: str):
+    """(run, predict, rows) of figure `name`, from its module `sims.experiments.<name>`."""
+    module = _module(name)
     return (
         getattr(module, f"run_{name}"),
         getattr(module, f"predict_{name}"),
@@ -69,10 +74,7 @@ def agreement_rows(name: str, results: dict, predictions: dict) -> list[dict]:
 
 def planned_configs(name: str, size: Size) -> list:
     """The SGD runs figure `name` trains at `size` (its module's `configs_<name>`; [] if none)."""
-    if name not in FIGURES:
-        raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
-    module = importlib.import_module(f"sims.experiments.{name}")
-    configs = getattr(module, f"configs_{name}", None)
+    configs = getattr(_module(name), f"configs_{name}", None)
     return [] if configs is None else list(configs(size))
 
 

@@ -6,11 +6,15 @@ from idealized.config import TrainConfig
 from sims.experiments._common import Size, base_config, cached, row, train
 
 
+def _base(size: Size) -> TrainConfig:
+    return base_config(size, heads=2)
+
+
 def configs_mitigations(size: Size) -> list[TrainConfig]:
     """Each mitigation of sims.analysis.MITIGATIONS with 2 heads, size.seeds seeds."""
     from sims.analysis import MITIGATIONS, mitigation_configs
 
-    runs = mitigation_configs(base_config(size, heads=2), MITIGATIONS, range(size.seeds))
+    runs = mitigation_configs(_base(size), MITIGATIONS, range(size.seeds))
     return [c for configs in runs.values() for c in configs]
 
 
@@ -19,8 +23,7 @@ def run_mitigations(size: Size, store_dir=None) -> dict:
     from sims.analysis import MITIGATIONS, compare_mitigations
 
     def compute():
-        base = base_config(size, heads=2)
-        out = compare_mitigations(base, MITIGATIONS, list(range(size.seeds)), train=train)
+        out = compare_mitigations(_base(size), MITIGATIONS, list(range(size.seeds)), train=train)
         return {"heads": 2, "mitigations": out}
 
     return cached(store_dir, "run", "mitigations", size, compute)

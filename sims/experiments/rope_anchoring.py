@@ -50,9 +50,8 @@ def run_rope_anchoring(size: Size, store_dir=None) -> dict:
                 "samples": fixed.eval_samples,
             }
         )
-        for trained_cfg, r in zip(
-            configs_rope_anchoring(size), train(configs_rope_anchoring(size)), strict=True
-        ):
+        trained = configs_rope_anchoring(size)
+        for trained_cfg, r in zip(trained, train(trained), strict=True):
             out["cases"].append(
                 {
                     "name": "softmax_pool (trained)",

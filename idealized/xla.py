@@ -13,13 +13,19 @@ training steps runs 4.2 to 4.8 times faster on CPU (canonical, 2 heads, stride 1
 compiles 6-30% faster (`python -m benchmarks.xla_options` prints both); whole runs,
 evaluation included, 1.7 to 3.4 times. Results agree to float32 rounding (one ulp where
 they differ at all). The option is CPU-only: other backends ignore it.
-Jax accepts compiler options on a top-level jit only: inside another jitted function, call
-a function jitted here through its `__wrapped__` (the outer program's options apply).
+Jax accepts compiler options on a top-level jit only, and refuses them where a jitted
+function is staged into another trace (called inside `jax.jit`, differentiated with
+`jax.grad`). There a function jitted here compiles as a plain jit instead, with the same
+static and donated arguments: inside an outer jit the outer program's options apply;
+under a transformation at top level (`jax.grad(f)(x)`) XLA's defaults do, so such a call
+may differ from `f(x)` by float32 rounding.
 Jax versions before `FUSION_EMITTER_OPTION_SINCE` (not tested here) compile with XLA's
 defaults, because an option XLA does not know is an error.
 """
 
 from __future__ import annotations
+
+import functools
 
 import equinox as eqx
 import jax
@@ -33,15 +39,56 @@ COMPILER_OPTIONS: dict[str, bool] = (
 )
 
 
+class _Compiled:
+    """A function compiled with `COMPILER_OPTIONS` where jax allows them, plainly elsewhere.
+
+    Attributes other than the call (`lower`, `trace`, `_cache_size`, ...) are the top-level
+    program's; `__wrapped__` is the undecorated function.
+    """
+
+    def __init__(self, fun, top, nested):
+        self._top, self._nested = top, nested
+        functools.update_wrapper(self, fun)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self._top(*args, **kwargs)
+        except ValueError as error:  # raised at the call, before anything is staged
+            if not _refused_options(error):
+                raise
+        return self._nested(*args, **kwargs)
+
+    def __getattr__(self, name):
+        top = self.__dict__.get("_top")
+        if top is None:  # not yet initialised (copy, pickle)
+            raise AttributeError(name)
+        return getattr(top, name)
+
+    def __get__(self, instance, owner=None):
+        return self if instance is None else functools.partial(self, instance)
+
+
+def _refused_options(error: ValueError) -> bool:
+    """True for jax's refusal of compiler options on a nested (staged) jit."""
+    message = str(error)
+    return "compiler_options" in message and "top-level" in message
+
+
 def jit(fun=None, /, **kwargs):
     """`jax.jit` with `COMPILER_OPTIONS`; use as `@jit` or `@partial(jit, static_argnums=...)`."""
     if fun is None:
         return lambda f: jit(f, **kwargs)
-    return jax.jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+    if not COMPILER_OPTIONS:
+        return jax.jit(fun, **kwargs)
+    top = jax.jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+    return _Compiled(fun, top, jax.jit(fun, **kwargs))
 
 
 def filter_jit(fun=None, /, **kwargs):
     """`equinox.filter_jit` with `COMPILER_OPTIONS`."""
     if fun is None:
         return lambda f: filter_jit(f, **kwargs)
-    return eqx.filter_jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+    if not COMPILER_OPTIONS:
+        return eqx.filter_jit(fun, **kwargs)
+    top = eqx.filter_jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
+    return _Compiled(fun, top, eqx.filter_jit(fun, **kwargs))

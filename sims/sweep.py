@@ -361,9 +361,9 @@ def flow_inputs(configs: Sequence[FlowConfig]):
 def _solve_partitioned(
     y0, args, event_level, ts, rtol, atol, loss, gain_parametrisation, max_steps
 ):
-    # reduced_flow's batched solve (see flow_inputs), unjitted: compiler options belong to
-    # the top-level program (idealized.xla), which is this one.
-    return flow_lib._solve_batch.__wrapped__(  # noqa: SLF001
+    # reduced_flow's batched solve (see flow_inputs), staged into this program, whose
+    # compiler options apply (idealized.xla).
+    return flow_lib._solve_batch(  # noqa: SLF001
         y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, True
     )  # with_event: a flow sweep records each run's time to specialise
 

@@ -64,6 +64,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SHARED = "sgd_runs"  # the figures' SGD runs, trained together before the figures
+CHECK = "sims.check"  # the rows of `weakspots check`, which run their own simulations
 COLUMNS = ("name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass")
 
 
@@ -236,7 +237,8 @@ def check_rows(size_name: str) -> list[dict]:
     if importlib.util.find_spec("sims.check") is None:
         return []
     check = importlib.import_module("sims.check")
-    return [{"figure": "check", **r} for r in check.agreement_rows(quick=size_name != "full")]
+    rows = check.agreement_rows(quick=size_name != "full", progress=True)
+    return [{"figure": "check", **r} for r in rows]
 
 
 def main(argv=None) -> int:
@@ -259,10 +261,14 @@ def main(argv=None) -> int:
         made[k] for k in ("rows", "made", "errors", "times", "cpu")
     )
     if args.check if args.check is not None else args.size == "full":
+        t0, c0 = time.perf_counter(), time.process_time()
+        _log("rows of `weakspots check` (sims.check) ...")
         try:
             rows += check_rows(size.name)
         except Exception:  # reported in REPORT.md and fails the run, figures are kept
-            errors["sims.check"] = traceback.format_exc()
+            errors[CHECK] = traceback.format_exc()
+        times[CHECK], cpu[CHECK] = time.perf_counter() - t0, time.process_time() - c0
+        _log(f"{CHECK}: {times[CHECK]:.1f} s ({cpu[CHECK]:.0f} CPU-s)")
     wall = time.perf_counter() - start
     write_report(out, rows, captions, errors, provenance(size, wall, times, cpu, len(groups)))
     failed = [r for r in rows if not r["pass"]]

@@ -70,16 +70,25 @@ def log_weights_centred(weights):
     return logs - logs.mean(axis=-1, keepdims=True)
 
 
+def mode_norms(weights):
+    """|common| and |differential| parts of P a, the centred log pooling weights `(..., H, s)`.
+
+    common: the mean over heads (every head moves alike); differential: the rest. Both are
+    invariant subspaces of the flow linearised about uniform pooling, growing at
+    theory.growth_rates' lambda_common and lambda_differential. Returns two `(...)` arrays.
+    """
+    centred = log_weights_centred(weights)
+    common = centred.mean(axis=-2, keepdims=True)
+    return np.linalg.norm(common, axis=(-2, -1)), np.linalg.norm(centred - common, axis=(-2, -1))
+
+
 def fitted_rates(hist, i0, i1):
     """Exponential rates of the common and differential parts of P a between two saves.
 
     hist: a batched FlowHistory; returns [common (B,), differential (B,) or None].
     """
-    centred = log_weights_centred(hist.pooling_weights)  # (B, T, H, s)
-    common = centred.mean(axis=2, keepdims=True)
-    parts = (common, centred - common)
     dt = float(hist.times[0, i1] - hist.times[0, i0])
-    norms = [np.linalg.norm(p, axis=(-2, -1)) for p in parts]
+    norms = mode_norms(hist.pooling_weights)  # each (B, T)
     return [np.log(n[:, i1] / n[:, i0]) / dt if np.all(n > 0) else None for n in norms]
 
 

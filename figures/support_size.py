@@ -16,7 +16,7 @@ def _axis(results, predictions, axis):
 
 
 CAPTION = (
-    "Top: support size k reached (theory: distribution from near-uniform starts under the finite-d loss L_d at d=64, bar thickness = probability, grey = admissible k at d=64; dotted: most probable k of the d=inf flow; points = SGD) against N and against s.",
+    "Top: support size k reached (theory: distribution from near-uniform starts under the finite-d loss L_d at d=64, bar thickness = probability, grey = admissible k at d=64; line: the most probable k of a run, counting escapes from metastable uniform pooling to s-1 phases; dotted: most probable k of the d=inf flow; points = SGD) against N and against s.",
     "Bottom: delta_max at d=64: the k-state prediction (where uniform is stable, its SGD noise floor; where it is only metastable, the floor and escaped-state mixture) against SGD (mean, min-max over seeds).",
 )
 
@@ -34,7 +34,8 @@ def make(results, predictions):
                 ax.vlines(xi, adm.min() - 0.2, adm.max() + 0.2, color="0.8", lw=7, zorder=0)
             for k, prob in zip(q["sizes"], q["probabilities"], strict=True):
                 ax.plot(xi, k, "_", color="black", ms=14, mew=1 + 3 * prob, zorder=1)
-        ax.plot(x, [q["k"] for q in pred], label="theory: most probable k (L_d, d=64)", **THEORY)
+        label = "theory: most probable k (L_d at d=64, with escapes)"
+        ax.plot(x, [q.get("mode", q["k"]) for q in pred], label=label, **THEORY)
         if all("sizes_inf" in q for q in pred):
             k_inf = [q["sizes_inf"][int(np.argmax(q["probabilities_inf"]))] for q in pred]
             ax.plot(x, k_inf, ":", color="0.4", label="d=inf flow: most probable k")

@@ -157,7 +157,9 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
     predicted 95% interval of the mean over this size's seeds (its wider side). Where at
     d = 64 uniform is only metastable (an (s-1)-phase state is admissible too and lower past
     a saddle), runs escape with uniform_escape's p_escape (theory.escape_fraction_discrete),
-    and the prediction is the mixture of floor and escaped state (theory.delta_max_with_escape).
+    and the prediction is the mixture of floor and escaped state (theory.delta_max_with_escape);
+    a run's most probable support (`mode`) is then s - 1 where p_escape > 1/2 (at --full,
+    s=8 N=16: p_escape 0.99, SGD's mode 7), else the flow's k.
     """
 
     def compute():
@@ -180,6 +182,7 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
                 "probabilities_inf": probs_inf,
                 "admissible_inf": admissible_inf,
                 "k": k,
+                "mode": k,  # the most probable support of a run, escapes included
                 "delta_max": float(theory.delta_max(profile)),
                 "delta_max_tolerance": DELTA_MAX_TOLERANCE,
             }
@@ -202,6 +205,8 @@ def predict_support_size(size: Size, results: dict, store_dir=None) -> dict:
                     mean = mixture["delta_max_mean"]
                     low, high = mixture["mean_of_seeds_interval"]
                     point["escape"] = escape
+                    if escape["p_escape"] > 0.5:  # most runs leave uniform, for s - 1 phases
+                        point["mode"] = s - 1
                 point["delta_max"] = mean
                 point["delta_max_tolerance"] = max(high - mean, mean - low)
             out.append(point)
@@ -214,15 +219,10 @@ def rows_support_size(results: dict, predictions: dict) -> list[dict]:
     rows = []
     for p, q in zip(results["points"], predictions["points"], strict=True):
         cfg = f"s={p['stride']} N={p['chunks']} gain=16 d=64"
-        rows.append(
-            row(
-                "support size k (SGD mode; L_d flow at d=64)",
-                cfg,
-                q["k"],
-                sgd=_mode(p["support"]),
-                tolerance=0.0,
-            )
-        )
+        name = "support size k (SGD mode; L_d flow at d=64)"
+        if "escape" in q:
+            name = "support size k (SGD mode; L_d flow at d=64, escapes to s - 1 phases)"
+        rows.append(row(name, cfg, q["mode"], sgd=_mode(p["support"]), tolerance=0.0))
         if "escape" in q:
             name = "delta_max: floor + escapes (k = s metastable; P(escape) of the L_d recursion)"
             esc = q["escape"]

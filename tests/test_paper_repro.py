@@ -6,7 +6,13 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import jax
+import numpy as np
+
+from idealized.config import TrainConfig
 from sims import experiments
+from sims.experiments import _common
+from sims.train import train_many
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +83,25 @@ def test_two_jobs_give_the_serial_run_numbers(tmp_path):
         (r["figure"] for r in both[2]), key=experiments.FIGURES.index
     )
     assert both[2] == both[1]
+
+
+def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
+    # train_planned(workers > 1) trains several structures at once in threads, costliest
+    # first; each structure is batched as it is alone, so the numbers are the same bit for bit.
+    small = TrainConfig(stride=4, chunks=16, dim=16, gain=8.0, batch=64, steps=20,
+                        eval_every=10, eval_samples=64)  # fmt: skip
+    configs = [small.replace(seed=0), small.replace(seed=1, lr=0.5),
+               small.replace(operator="max_pool"), small.replace(heads=2, seed=2)]  # fmt: skip
+    monkeypatch.setattr(experiments, "planned_configs", lambda name, size: configs)
+    monkeypatch.setattr(_common, "_TRAINED", {})
+    logged = []
+    size = experiments.SIZES["tiny"]
+    assert experiments.train_planned(["x"], size, workers=3, log=logged.append) == 4
+    assert sorted(m.split(" (")[0] for m in logged) == [f"SGD structure {i}/3" for i in (1, 2, 3)]
+    for config, alone in zip(configs, train_many(configs), strict=True):
+        threaded = _common._TRAINED[config]
+        for a, b in zip(
+            jax.tree.leaves(threaded.history), jax.tree.leaves(alone.history), strict=True
+        ):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(threaded.step_loss, alone.step_loss)

@@ -19,6 +19,7 @@ One module per figure (`sims.experiments.<name>`); the plumbing they share is in
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib
 import time
@@ -78,13 +79,18 @@ def planned_configs(name: str, size: Size) -> list:
     return [] if configs is None else list(configs(size))
 
 
-def train_planned(names, size: Size, store_dir=None, log=None) -> int:
+def train_planned(names, size: Size, store_dir=None, log=None, workers: int = 1) -> int:
     """Train, together, every run the figures `names` will ask for and have not stored.
 
     Runs that share `TrainConfig.static` then share one compiled program across figures
     (weak_spots, phase_diagram, specialization_time and support_size all train the
     canonical structure); the figures find them in the in-process memo. `log(message)`
     hears of each finished structure. Returns the number of distinct runs trained.
+
+    With `workers > 1`, that many structures train at once in threads, the costliest
+    first (`_work`): XLA:CPU runs a training program on about one core, and jax releases
+    the GIL while it runs. Each structure's runs are batched as with one worker, so every
+    number is the same, bit for bit.
     """
     configs = [
         c
@@ -96,14 +102,40 @@ def train_planned(names, size: Size, store_dir=None, log=None) -> int:
     for config in dict.fromkeys(configs):
         groups.setdefault(config.static, []).append(config)
     start = time.perf_counter()
-    for i, (static, members) in enumerate(groups.items(), 1):
+    finished = iter(range(1, len(groups) + 1))  # next() is atomic under the GIL
+
+    def train_structure(static, members) -> None:
         train(members)
         if log is not None:
             log(
-                f"SGD structure {i}/{len(groups)} ({_describe(static)}): {len(members)} run(s), "
-                f"{time.perf_counter() - start:.0f} s so far"
+                f"SGD structure {next(finished)}/{len(groups)} ({_describe(static)}): "
+                f"{len(members)} run(s), {time.perf_counter() - start:.0f} s so far"
             )
+
+    if workers <= 1:
+        for static, members in groups.items():
+            train_structure(static, members)
+    else:
+        costliest = sorted(groups.items(), key=lambda item: -_work(item[0], len(item[1])))
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            for done in [pool.submit(train_structure, *item) for item in costliest]:
+                done.result()  # re-raises a structure's error
     return sum(len(m) for m in groups.values())
+
+
+def _work(config, runs: int) -> float:
+    """A rough cost of training `runs` runs of `config`, for ordering structures only.
+
+    Numbers sampled per run: every training step and held-out needle draws `chunks *
+    stride` inner products per head, or with real keys (`not uses_gram`) `dim` numbers
+    each, which a `dim x dim` projection then maps.
+    """
+    evaluations = config.eval_times + 1  # the initial state's included
+    needles = config.steps * config.batch + evaluations * config.stride * config.eval_samples
+    per_needle = config.chunks * config.stride * config.heads
+    if not config.uses_gram:
+        per_needle *= config.dim * config.dim
+    return float(runs * needles * per_needle)
 
 
 def _describe(config) -> str:

@@ -128,13 +128,16 @@ def _work(config, runs: int) -> float:
 
     Numbers sampled per run: every training step and held-out needle draws `chunks *
     stride` inner products per head, or with real keys (`not uses_gram`) `dim` numbers
-    each, which a `dim x dim` projection then maps.
+    each, which `dim x dim` projections then map: two for `deepseek_v4` (values and gate),
+    one otherwise. At --full deepseek_v4 is the costliest structure (1800 s alone against
+    max_pool's 945 and low_rank's 355); at equal estimates it started last, on one core.
     """
     evaluations = config.eval_times + 1  # the initial state's included
     needles = config.steps * config.batch + evaluations * config.stride * config.eval_samples
     per_needle = config.chunks * config.stride * config.heads
     if not config.uses_gram:
-        per_needle *= config.dim * config.dim
+        projections = 2 if config.operator == "deepseek_v4" else 1
+        per_needle *= projections * config.dim * config.dim
     return float(runs * needles * per_needle)
 
 

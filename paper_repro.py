@@ -24,18 +24,23 @@ chains), pooling_dynamics 34 s, mitigations 22 s, finite_d_accuracy 18 s, learne
 13 s, the rest under 8 s each. The version of 2026-11-29 took 365 s; most of the gain
 is the trainer compiled without XLA:CPU's MLIR fusion emitters (`idealized.xla`:
 training steps 4-5x faster), then the shared training and the two processes. A rerun
-that reuses the store and the compilation cache takes 20 s (16 s in the script).
+that reuses the store and the compilation cache takes 20 s (16 s in the script). With
+the changes of 2026-11-30 (two structures at once, figure 3's escape scan) a cold quick
+run took 191 s in the script, 72 rows, 0 failing.
 
---full was started on CPU (at low priority, beside other work; CPU times are what
-such load barely changes) and stopped after 80 CPU-minutes, before the end. The first
-job (support_size, pooling_dynamics, weak_spots, phase_diagram, specialization_time)
-finished: 578 CPU-s, of which its 139 SGD runs 314, support_size 170, pooling_dynamics 79.
-The second job's SGD runs: the 11 inner-product structures (heads, mitigations,
-operators) in about 6 CPU-minutes, then the real-key operators at 8 seeds each: max_pool
-about 25 CPU-minutes, low_rank about 11, deepseek_v4 more than 26 (still running when
-stopped); that job's figures and the check rows were not reached. So --full needs well
-over an hour and a half of CPU, most of it the real-key operators; no GPU was lent to
-measure it there.
+--full on 2 CPU cores, cold, on an idle machine (2026-11-30, commit 788d257): 57:10 wall
+(3425 s in the script; 5796 CPU-s, 7.1 GB peak memory), 154 rows, 0 failing, exit 0.
+First job: its 139 SGD runs 293 s, support_size 206 s, pooling_dynamics 93 s, the rest
+under 26 s each (10.5 minutes in all). Second job: its 92 SGD runs 2959 s (4503 CPU-s),
+nearly all the real-key operators at 8 seeds x 600 steps (each step draws the B N s d =
+8.4 million key numbers of a run): low_rank done at 926 s, max_pool at 1472 s,
+deepseek_v4 at 2959 s; then its figures 160 s. Then the rows of `weakspots check` 300 s.
+deepseek_v4 started only when low_rank was done (equal cost estimates, fixed since in
+`sims.experiments._work`), so for the last 21 minutes one training program ran alone. The version before training two structures at once per process took 1:02:36
+(3751 s) and found 5 failing rows, each a finding fixed since: figure 4's fit mixed two
+heads' common and differential modes (1-4% low), and at s=8 N=16 SGD escapes the
+metastable uniform state (P 0.99) below N_c(d=64) = 18.4 (figures 3 and 6). No GPU was
+lent to measure it there.
 """
 
 from __future__ import annotations

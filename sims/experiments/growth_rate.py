@@ -113,25 +113,18 @@ def measured_critical_chunks(sweep) -> float:
 
 
 def rows_growth_rate(results: dict, predictions: dict) -> list[dict]:
+    def rate_row(name, c, predicted, measured):
+        config = f"s={c['stride']} N={c['chunks']} gain={c['gain']:g} H={c['heads']}"
+        return row(name, config, predicted, ode=float(np.nanmean(measured)), tolerance=0.01)
+
+    configs = results["configs"]
     rows = [
-        row(
-            "growth rate lambda",
-            f"s={c['stride']} N={c['chunks']} gain={c['gain']:g} H={c['heads']}",
-            lam,
-            ode=float(np.nanmean(c["rates"])),
-            tolerance=0.01,
-        )
-        for c, lam in zip(results["configs"], predictions["configs"], strict=True)
+        rate_row("growth rate lambda", c, lam, c["rates"])
+        for c, lam in zip(configs, predictions["configs"], strict=True)
     ]
     rows += [
-        row(
-            "growth rate lambda_common (all heads alike)",
-            f"s={c['stride']} N={c['chunks']} gain={c['gain']:g} H={c['heads']}",
-            lam,
-            ode=float(np.nanmean(c["common_rates"])),
-            tolerance=0.01,
-        )
-        for c, lam in zip(results["configs"], predictions["common"], strict=True)
+        rate_row("growth rate lambda_common (all heads alike)", c, lam, c["common_rates"])
+        for c, lam in zip(configs, predictions["common"], strict=True)
         if c["heads"] > 1
     ]
     rows.append(

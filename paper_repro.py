@@ -36,11 +36,12 @@ nearly all the real-key operators at 8 seeds x 600 steps (each step draws the B 
 8.4 million key numbers of a run): low_rank done at 926 s, max_pool at 1472 s,
 deepseek_v4 at 2959 s; then its figures 160 s. Then the rows of `weakspots check` 300 s.
 deepseek_v4 started only when low_rank was done (equal cost estimates, fixed since in
-`sims.experiments._work`), so for the last 21 minutes one training program ran alone. The version before training two structures at once per process took 1:02:36
-(3751 s) and found 5 failing rows, each a finding fixed since: figure 4's fit mixed two
-heads' common and differential modes (1-4% low), and at s=8 N=16 SGD escapes the
-metastable uniform state (P 0.99) below N_c(d=64) = 18.4 (figures 3 and 6). No GPU was
-lent to measure it there.
+`sims.experiments._work`), so for the last 21 minutes one training program ran alone.
+The version before training two structures at once per process took 1:02:36 (3751 s)
+and found 5 failing rows, each a finding fixed since: figure 4's fit mixed two heads'
+common and differential modes (1-4% low), and at s=8 N=16 SGD escapes the metastable
+uniform state (P 0.99) below N_c(d=64) = 18.4 (figures 3 and 6). No GPU was lent to
+measure it there.
 """
 
 from __future__ import annotations

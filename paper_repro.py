@@ -26,7 +26,8 @@ is the trainer compiled without XLA:CPU's MLIR fusion emitters (`idealized.xla`:
 training steps 4-5x faster), then the shared training and the two processes. A rerun
 that reuses the store and the compilation cache takes 20 s (16 s in the script). With
 the changes of 2026-11-30 (two structures at once, figure 3's escape scan) a cold quick
-run took 191 s in the script, 72 rows, 0 failing.
+run took 191 s in the script, 72 rows, 0 failing; README's first command on a fresh
+clone of the final tree, 4:43 wall (223 s in the script).
 
 --full on 2 CPU cores, cold, on an idle machine (2026-11-30, commit 788d257): 57:10 wall
 (3425 s in the script; 5796 CPU-s, 7.1 GB peak memory), 154 rows, 0 failing, exit 0.

@@ -79,7 +79,7 @@ COLUMNS = ("name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance"
 
 
 def parse(argv=None) -> argparse.Namespace:
-    from sims.experiments import FIGURES
+    from weakspots.sims.experiments import FIGURES
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = p.add_mutually_exclusive_group()
@@ -244,9 +244,9 @@ def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: di
 
 def check_rows(size_name: str) -> list[dict]:
     """Rows of `weakspots check` (sims.check) when that module exists."""
-    if importlib.util.find_spec("sims.check") is None:
+    if importlib.util.find_spec("weakspots.sims.check") is None:
         return []
-    check = importlib.import_module("sims.check")
+    check = importlib.import_module("weakspots.sims.check")
     rows = check.agreement_rows(quick=size_name != "full", progress=True)
     return [{"figure": "check", **r} for r in rows]
 
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     enable_compilation_cache(out)
-    from sims import experiments
+    from weakspots.sims import experiments
 
     size = experiments.SIZES[args.size]
     start = time.perf_counter()
@@ -296,7 +296,7 @@ def _log(message: str) -> None:
 
 def make_figures(names, size, out: Path) -> dict:
     """Train the figures' SGD runs together, then make each figure: its rows, caption, times."""
-    from sims import experiments
+    from weakspots.sims import experiments
 
     store_dir = out / "store"
     rows, made, errors, times, cpu = [], {}, {}, {}, {}
@@ -316,7 +316,7 @@ def make_figures(names, size, out: Path) -> dict:
             run, predict, rows_of = experiments.experiment(name)
             results = run(size, store_dir)
             predictions = predict(size, results, store_dir)
-            module = importlib.import_module(f"figures.{name}")
+            module = importlib.import_module(f"weakspots.figures.{name}")
             fig = module.make(results, predictions)
             for ext in ("png", "pdf"):
                 fig.savefig(out / f"{name}.{ext}", bbox_inches="tight")
@@ -386,7 +386,7 @@ def run_jobs(args, groups: list[list[str]]) -> dict:
 
 def in_figure_order(made: dict) -> dict:
     """`make_figures`' output with rows and figures in FIGURES order (the report's order)."""
-    from sims.experiments import FIGURES
+    from weakspots.sims.experiments import FIGURES
 
     order = {name: i for i, name in enumerate(FIGURES)}
     made["rows"].sort(key=lambda r: order.get(r["figure"], len(order)))  # stable within a figure

@@ -30,13 +30,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from weakspots.idealized import compression, task
+from weakspots.idealized import deepseek_v4 as deepseek
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.xla import jit
+from weakspots.sims import train as trainer
 
-import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
-from idealized import compression, task
-from idealized import deepseek_v4 as deepseek
-from idealized.config import TrainConfig
-from idealized.xla import jit
-from sims import train as trainer
+from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 
 OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
 LOSS_RTOL = 1e-4  # float32 steps: the two forms round differently, nothing more
@@ -93,7 +93,7 @@ def compare(
     operators=OPERATORS, runs: int = 2, steps: int = 4, repeats: int = 3, log=lambda _: None
 ) -> dict:
     """Per operator: plain/current step-time ratios (wall and CPU) and both forms' last losses."""
-    from sims import bench  # its timing helpers; sims.bench imports this module
+    from weakspots.benchmarks import bench  # its timing helpers (bench imports this module)
 
     out = {}
     for operator in operators:

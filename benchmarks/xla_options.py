@@ -7,7 +7,7 @@ difference between the two forms' step losses (float32 rounding, nothing more).
 With the options empty (jax older than `idealized.xla.FUSION_EMITTER_OPTION_SINCE`) the
 two forms are the same program and the ratio is 1.
 
-    python -m benchmarks.xla_options --runs 2 --steps 100 --repeats 3
+    python -m weakspots.benchmarks.xla_options --runs 2 --steps 100 --repeats 3
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from functools import partial
 
 import jax
 import numpy as np
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.xla import COMPILER_OPTIONS
+from weakspots.sims import train as trainer
 
-import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
-from idealized.config import TrainConfig
-from idealized.xla import COMPILER_OPTIONS
-from sims import train as trainer
+from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 
 SETTINGS = {  # the configs whose steps paper_repro trains most
     "canonical": {},
@@ -45,7 +45,7 @@ def step_block(config: TrainConfig, runs: int, options: dict):
 
 def compare(runs: int = 2, steps: int = 100, repeats: int = 3, log=lambda _: None) -> dict:
     """Per setting: default/ours step-time ratios, compile seconds, largest loss difference."""
-    from sims import bench  # its timing helpers
+    from weakspots.benchmarks import bench  # its timing helpers
 
     out = {}
     for name, changes in SETTINGS.items():

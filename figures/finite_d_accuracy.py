@@ -1,8 +1,7 @@
 """Figure 11: finite-d accuracy: the exact formula and THEORY 7's Gaussian form against Monte Carlo."""
 
 import numpy as np
-
-from figures.style import COLORS, THEORY, figure, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
 
 CAPTION = (
     "Accuracy at one phase for fixed pooling weights against key dimension d: exact chi-conditioned formula (solid), THEORY 7's Gaussian form (dashed), Monte Carlo (points, Wilson).",

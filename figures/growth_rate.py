@@ -1,8 +1,7 @@
 """Figure 4: growth rate of the instability: measured (reduced flow) against predicted."""
 
 import numpy as np
-
-from figures.style import COLORS, THEORY, figure, spread_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, spread_yerr
 
 CAPTION = (
     "Left: exponential growth rate of the order parameter delta in the reduced flow from tiny starts, against the predicted lambda (THEORY 6.2), across configs.",

@@ -1,8 +1,7 @@
 """Figure 7: heads x phases ablation maps (accuracy lost when a head is removed), H = 1, 2, 4, 8."""
 
 import numpy as np
-
-from figures.style import figure
+from weakspots.figures.style import figure
 
 CAPTION = (
     "Accuracy lost at each needle phase when one head is removed from the head average, for 1, 2, 4 and 8 SGD-trained heads (top: measured; bottom: head-averaged readout prediction, theory.interventions.readout_accuracy).",

@@ -1,8 +1,7 @@
 """Figure 12: learned gain: the race between gain growth and the instability."""
 
 import numpy as np
-
-from figures.style import COLORS, figure
+from weakspots.figures.style import COLORS, figure
 
 CAPTION = (
     "Reduced flow with the gain learned from 1.0 under weight decay wd (s=8, N=64): gain (left) and specialisation index (right) against time.",

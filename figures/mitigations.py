@@ -1,8 +1,7 @@
 """Figure 10: mitigations: delta_max and cost, predicted and measured."""
 
 import numpy as np
-
-from figures.style import COLORS, figure
+from weakspots.figures.style import COLORS, figure
 
 CAPTION = (
     "delta_max with each mitigation (2 heads): SGD over seeds (points, 95% interval) against the reduced flow of the mitigated loss from each run's start plus the accuracy formula (black).",

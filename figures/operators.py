@@ -1,8 +1,7 @@
 """Figure 8: compression operators compared: delta_max, psc and mean accuracy."""
 
 import numpy as np
-
-from figures.style import COLORS, figure
+from weakspots.figures.style import COLORS, figure
 
 METRICS = (
     ("delta_max", "delta_max (best - worst phase)"),

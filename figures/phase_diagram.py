@@ -1,8 +1,7 @@
 """Figure 3: phase diagram: specialisation over (context chunks, gain/stride) with N_c drawn on it."""
 
 import numpy as np
-
-from figures.style import THEORY, figure
+from weakspots.figures.style import THEORY, figure
 
 CAPTION = (
     "Specialisation index of the reduced flow at t = lr x steps = 1200 (the SGD budget), from init scale 0.01, over context length N and gain/stride (s=8), with the critical curve N_c = 1 + 2 exp(gain/stride).",

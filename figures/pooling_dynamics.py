@@ -1,8 +1,7 @@
 """Figure 2: pooling weights against time: reduced-flow (ODE) curves with SGD points on top."""
 
 import numpy as np
-
-from figures.style import COLORS, figure, spread_yerr
+from weakspots.figures.style import COLORS, figure, spread_yerr
 
 CAPTION = (
     "Pooling weights per phase against gradient-flow time t = lr x steps: reduced ODE (solid, d = inf) and finite-d corrected ODE (dashed, theory.finite_d_loss) from the SGD run's own start, SGD (points) at d=64 and d=1024.",

@@ -1,9 +1,8 @@
 """Figure 9: RoPE anchoring pins which phases are weak: per-phase accuracy and harmonic spectrum."""
 
 import numpy as np
-
-from figures.style import COLORS, THEORY, figure, wilson_yerr
-from idealized.metrics import harmonic_spectrum
+from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
+from weakspots.idealized.metrics import harmonic_spectrum
 
 CAPTION = (
     "RoPE anchoring at the chunk's first token attenuates the needle's self-product by kappa(phi), which pins which phases are weak.",

@@ -1,8 +1,7 @@
 """Figure 5: time to specialise against init scale: t* theory line, ODE and SGD points."""
 
 import numpy as np
-
-from figures.style import COLORS, THEORY, figure
+from weakspots.figures.style import COLORS, THEORY, figure
 
 CAPTION = (
     "Time for delta = |log alpha - mean log alpha| to reach 0.25 against the initial pooling-logit scale: theory line, ODE and SGD (d=64) points.",

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-
-from idealized.metrics import wilson_interval
+from weakspots.idealized.metrics import wilson_interval
 
 THEORY = dict(color="black", lw=1.6, zorder=2)
 ODE = dict(lw=1.4, zorder=2)

@@ -1,8 +1,7 @@
 """Figure 1: periodic weak spots: accuracy against needle position, the mean hiding the sawtooth."""
 
 import numpy as np
-
-from figures.style import COLORS, THEORY, figure, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
 
 CAPTION = (
     "Accuracy of the canonical SGD model (s=8, d=64, gain 16) against needle position over 4 chunks: past N_c (N=64) it repeats a sawtooth with period s, below N_c (N=12) it is flat.",

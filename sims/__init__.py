@@ -1,3 +1,3 @@
 """How things are run: training, gradient flow, sweeps, interventions, the store, the command line."""
 
-import idealized as _idealized  # noqa: F401  (sets the precision policy)
+import weakspots.idealized as _idealized  # noqa: F401  (sets the precision policy)

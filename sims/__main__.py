@@ -1,3 +1,3 @@
-from sims.cli import main
+from weakspots.sims.cli import main
 
 raise SystemExit(main())

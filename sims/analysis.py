@@ -24,16 +24,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.compression import LinearPool
-from idealized.config import ModelConfig, TrainConfig
-from idealized.loss import batch_logits
-from idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
-from idealized.model import RetrievalModel
-from idealized.task import Batch, sample_batch
-from idealized.xla import filter_jit, jit
-from sims.train import DTYPE, Hyper, TrainingDiverged, init, train_many
-from theory import interventions as theory
+from weakspots.idealized.compression import LinearPool
+from weakspots.idealized.config import ModelConfig, TrainConfig
+from weakspots.idealized.loss import batch_logits
+from weakspots.idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
+from weakspots.idealized.model import RetrievalModel
+from weakspots.idealized.task import Batch, sample_batch
+from weakspots.idealized.xla import filter_jit, jit
+from weakspots.sims.train import DTYPE, Hyper, TrainingDiverged, init, train_many
+from weakspots.theory import interventions as theory
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
 

@@ -19,9 +19,9 @@ from collections import Counter
 
 import jax
 import numpy as np
+from weakspots.idealized.config import TrainConfig
 
-import theory
-from idealized.config import TrainConfig
+from weakspots import theory
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 N_SAVE = 101  # every reduced flow here saves 101 times, in batches of BATCH: few compilations
@@ -146,7 +146,7 @@ def decisive_seed(config: TrainConfig, support: int, margin: float, tries: int =
     must be at least margin, so the start, not minibatch or sample noise, decides the
     support (a property of the start, checked before any dynamics is run).
     """
-    from sims.train import Hyper, init
+    from weakspots.sims.train import Hyper, init
 
     for seed in range(config.seed, config.seed + tries):
         c = config.replace(seed=seed)
@@ -159,7 +159,7 @@ def decisive_seed(config: TrainConfig, support: int, margin: float, tries: int =
 
 
 def _reduced(**kwargs):
-    from sims.flow import reduced_flow
+    from weakspots.sims.flow import reduced_flow
 
     return reduced_flow(n_save=N_SAVE, **kwargs)
 
@@ -520,8 +520,8 @@ def sgd_config(quick, dim=256) -> TrainConfig:
 
 
 def sgd_rows(quick):
-    from sims.flow import finite_flow
-    from sims.train import train
+    from weakspots.sims.flow import finite_flow
+    from weakspots.sims.train import train
 
     config = sgd_config(quick)
     sgd = np.asarray(train(config).history.pooling_weights, float)
@@ -542,7 +542,7 @@ def sgd_rows(quick):
 def _flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=400.0, saves=41):
     """Finite-d flows at each d on sample `sample_seed`, from the trainer's init (init_scale
     0.3, seed `seed`). Returns (ts, pooling weights (D, T, H, s), start logits (1, H, s))."""
-    from sims.flow import finite_flow
+    from weakspots.sims.flow import finite_flow
 
     ts = np.linspace(0.0, t_end, saves)
     configs = [TrainConfig(dim=d, init_scale=0.3, seed=seed) for d in dims]
@@ -553,7 +553,7 @@ def _flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=4
 
 def _reduced_weights(start, ts, dim=None):
     """Pooling weights (T, H, s) of the reduced flow from `start`: L_inf, or L_d at `dim`."""
-    from sims.flow import reduced_flow
+    from weakspots.sims.flow import reduced_flow
 
     flow = reduced_flow(
         stride=STRIDE, chunks=float(CHUNKS), gain=GAIN, init_pooling_logits=start, ts=ts, dim=dim

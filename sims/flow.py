@@ -21,10 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
-
-from idealized.xla import jit
-from theory.finite_d import finite_d_loss
-from theory.reduced import reduced_loss, specialization_order
+from weakspots.idealized.xla import jit
+from weakspots.theory.finite_d import finite_d_loss
+from weakspots.theory.reduced import reduced_loss, specialization_order
 
 
 class FlowState(eqx.Module):
@@ -328,7 +327,7 @@ def finite_d_sample(config, samples, seed=0, dtype=jnp.float64):
     `samples // s` needles at each phase (exact balance: no phase is favoured by the draw),
     inner products only (`sample_batch(..., keys=False)`, exact in distribution). Returns a Batch.
     """
-    from idealized.task import sample_batch
+    from weakspots.idealized.task import sample_batch
 
     model_config = config.model
     per_phase = samples // model_config.stride
@@ -356,8 +355,8 @@ def _trainer_times(config):
 def _finite_solve(
     params0, weight_decay, batch, ts, *, config, rtol, atol, max_steps, batch_per_run
 ):
-    from idealized.loss import objective
-    from sims.train import DTYPE, Hyper, init
+    from weakspots.idealized.loss import objective
+    from weakspots.sims.train import DTYPE, Hyper, init
 
     hyper = jax.tree_util.tree_map(lambda x: x[0], Hyper.stack([config]))
     static = eqx.partition(init(config, hyper).model, eqx.is_inexact_array)[1]
@@ -418,8 +417,8 @@ def finite_flow(
     sample, phase_accuracy (T, s) on the trainer's held-out set (nan when accuracy=False).
     A failed solve (e.g. max_steps reached) comes back as nan.
     """
-    from idealized.config import TrainConfig
-    from sims.train import History, Hyper, evaluate, held_out_gram, init
+    from weakspots.idealized.config import TrainConfig
+    from weakspots.sims.train import History, Hyper, evaluate, held_out_gram, init
 
     single = not isinstance(configs, list | tuple)
     configs = [configs] if single else list(configs)

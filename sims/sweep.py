@@ -34,14 +34,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.config import ConfigError, TrainConfig
-from idealized.metrics import phase_report, specialization_index, support_size
-from idealized.xla import jit
-from sims import flow as flow_lib
-from sims import store
-from sims.train import Hyper, _to_host, run_batch, shard_runs
-from theory.reduced import mean_needle_probability
+from weakspots.idealized.config import ConfigError, TrainConfig
+from weakspots.idealized.metrics import phase_report, specialization_index, support_size
+from weakspots.idealized.xla import jit
+from weakspots.sims import flow as flow_lib
+from weakspots.sims import store
+from weakspots.sims.train import Hyper, _to_host, run_batch, shard_runs
+from weakspots.theory.reduced import mean_needle_probability
 
 __all__ = [
     "FlowConfig",

@@ -23,13 +23,18 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
-
-from idealized.config import HYPER_FIELDS, TrainConfig
-from idealized.loss import batch_logits, correct, inference_logits, objective, retrieval_loss
-from idealized.metrics import phase_report, specialization_index, support_size
-from idealized.model import RetrievalModel, init_model
-from idealized.task import Batch, sample_batch
-from idealized.xla import jit
+from weakspots.idealized.config import HYPER_FIELDS, TrainConfig
+from weakspots.idealized.loss import (
+    batch_logits,
+    correct,
+    inference_logits,
+    objective,
+    retrieval_loss,
+)
+from weakspots.idealized.metrics import phase_report, specialization_index, support_size
+from weakspots.idealized.model import RetrievalModel, init_model
+from weakspots.idealized.task import Batch, sample_batch
+from weakspots.idealized.xla import jit
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)

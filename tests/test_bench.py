@@ -14,16 +14,21 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
-
-from benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
-from idealized.config import TrainConfig
-from idealized.loss import objective
-from idealized.model import init_model
-from idealized.task import Batch, chi_square, normal_from_bits, random_words, standard_normal
-from sims import bench
-from sims import train as trainer
-from sims.cli import bench as bench_cli
-from theory.reduced import reduced_loss
+from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.loss import objective
+from weakspots.idealized.model import init_model
+from weakspots.idealized.task import (
+    Batch,
+    chi_square,
+    normal_from_bits,
+    random_words,
+    standard_normal,
+)
+from weakspots.benchmarks import bench
+from weakspots.sims import train as trainer
+from weakspots.sims.cli import bench as bench_cli
+from weakspots.theory.reduced import reduced_loss
 
 KS_PVALUE = 1e-3  # fixed seeds: deterministic; a wrong distribution fails by orders of magnitude
 RTOL32 = 1e-5
@@ -132,8 +137,8 @@ def test_scipy_and_diffrax_flows_agree():
 
 def test_operator_step_plain_forms_swap_and_restore():
     """The benchmark's plain forms are the ones traced inside the context, and only there."""
-    from idealized import compression, task
-    from idealized import deepseek_v4 as deepseek
+    from weakspots.idealized import compression, task
+    from weakspots.idealized import deepseek_v4 as deepseek
 
     current = (task.random_words, compression.low_rank, deepseek._window_pool)
     with operator_step.plain_forms():
@@ -182,7 +187,7 @@ def test_text_report_lists_every_target():
 
 @pytest.mark.slow
 def test_bench_quick_json(capsys):
-    from sims.cli import main
+    from weakspots.sims.cli import main
 
     assert main(["bench", "--quick", "--json", "--quiet"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 import pytest
-
-from sims import check
-from sims.cli import main
+from weakspots.sims import check
+from weakspots.sims.cli import main
 
 KEYS = {"name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass"}
 

@@ -3,10 +3,9 @@
 import json
 
 import numpy as np
-
-from idealized.metrics import wilson_interval
-from sims.cli import main
-from theory.interventions import readout_accuracy
+from weakspots.idealized.metrics import wilson_interval
+from weakspots.sims.cli import main
+from weakspots.theory.interventions import readout_accuracy
 
 TINY = ["--stride", "4", "--chunks", "16", "--dim", "32", "--steps", "40", "--eval-every", "20"]
 

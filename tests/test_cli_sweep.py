@@ -17,8 +17,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
-
-from sims import store
+from weakspots.sims import store
 
 SPEC = """\
 kind = "train"
@@ -58,7 +57,7 @@ def setup(tmp_path_factory):
 
 
 def _command(spec, store_dir, *extra):
-    return [sys.executable, "-m", "sims", "sweep", str(spec), "--store", str(store_dir),
+    return [sys.executable, "-m", "weakspots", "sweep", str(spec), "--store", str(store_dir),
             "--runs-per-device", "1", *extra]  # fmt: skip
 
 
@@ -77,7 +76,7 @@ def test_unknown_key_exits_2_naming_it(tmp_path):
     spec = tmp_path / "bad.toml"
     spec.write_text("[grid]\nstrides = [4, 8]\n")
     done = subprocess.run(
-        [sys.executable, "-m", "sims", "sweep", str(spec), "--store", str(tmp_path / "s")],
+        [sys.executable, "-m", "weakspots", "sweep", str(spec), "--store", str(tmp_path / "s")],
         capture_output=True,
         text=True,
     )
@@ -124,10 +123,10 @@ def test_four_devices_equal_one_and_hold_the_runs(setup, tmp_path):
     script = textwrap.dedent(
         f"""
         import json, jax, numpy as np
-        import idealized
-        from sims.cli import main
-        from sims import sweep
-        from sims.train import Hyper, run_batch
+        from weakspots import idealized
+        from weakspots.sims.cli import main
+        from weakspots.sims import sweep
+        from weakspots.sims.train import Hyper, run_batch
         assert main(["sweep", {str(spec)!r}, "--store", {str(tmp_path / "four")!r},
                      "--runs-per-device", "1", "--quiet"]) == 0
         runs = sweep.load_spec({str(spec)!r}).runs()[:4]

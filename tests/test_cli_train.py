@@ -3,8 +3,7 @@ import subprocess
 import sys
 
 import pytest
-
-from sims.cli import main
+from weakspots.sims.cli import main
 
 TINY = [
     "--stride",
@@ -88,7 +87,7 @@ def test_bad_input_exits_2_with_one_line(flags, flag, capsys):
 
 def test_bad_input_from_the_shell_has_no_traceback():
     proc = subprocess.run(
-        [sys.executable, "-m", "sims", "train", "--heads", "0"], capture_output=True, text=True
+        [sys.executable, "-m", "weakspots", "train", "--heads", "0"], capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "weakspots train: error: --heads: must be an integer >= 1, got 0"

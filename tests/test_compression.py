@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized import compression
-from idealized.config import ModelConfig
+from weakspots.idealized import compression
+from weakspots.idealized.config import ModelConfig
 
 N, S, D = 5, 4, 6
 

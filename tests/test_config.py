@@ -2,8 +2,7 @@ import dataclasses
 import math
 
 import pytest
-
-from idealized.config import HYPER_FIELDS, ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.config import HYPER_FIELDS, ConfigError, ModelConfig, TrainConfig
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.deepseek_v4 import deepseek_v4
+from weakspots.idealized.deepseek_v4 import deepseek_v4
 
 ATOL = 1e-10  # float64 throughout
 DIM, HEAD_DIM = 5, 6
@@ -175,7 +174,7 @@ def test_bad_shapes_raise(change, message):
 
 def test_window_pool_ratio_form_equals_softmax_then_sum():
     """`sum e kv / sum e` (the fast form) against softmax then sum, -inf masks included."""
-    from idealized.deepseek_v4 import _window_pool
+    from weakspots.idealized.deepseek_v4 import _window_pool
 
     rng = np.random.default_rng(5)
     score = rng.standard_normal((3, 8, HEAD_DIM)) * 4.0

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-
-from sims.experiments import FIGURES
+from weakspots.sims.experiments import FIGURES
 
 DATA = Path(__file__).parent / "data" / "figure_inputs.json"
 
@@ -26,7 +25,7 @@ def inputs():
 @pytest.mark.parametrize("name", FIGURES)
 def test_figure_draws_headless(name, inputs, tmp_path):
     assert matplotlib.get_backend().lower() == "agg"
-    module = importlib.import_module(f"figures.{name}")
+    module = importlib.import_module(f"weakspots.figures.{name}")
     assert len(module.CAPTION) == 2 and all(module.CAPTION)
     fig = module.make(inputs[name]["results"], inputs[name]["predictions"])
     try:
@@ -45,7 +44,7 @@ def test_every_figure_has_inputs(inputs):
 
 
 def _regenerate(store_dir="/tmp/weakspots_tiny_store"):
-    from sims import experiments
+    from weakspots.sims import experiments
 
     size = experiments.SIZES["tiny"]
     out = {}

@@ -3,11 +3,10 @@
 import jax
 import numpy as np
 import pytest
-
-from idealized.config import TrainConfig
-from sims.check import SGD_ATOL, distance_to_reduced, sgd_config
-from sims.flow import finite_flow
-from sims.train import Hyper, init, train
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.check import SGD_ATOL, distance_to_reduced, sgd_config
+from weakspots.sims.flow import finite_flow
+from weakspots.sims.train import Hyper, init, train
 
 SMALL = TrainConfig(
     stride=4, chunks=16, dim=32, gain=8.0, init_scale=0.3, lr=1.0, steps=60, eval_every=10

@@ -4,10 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from sims.check import rk4
-from sims.flow import reduced_flow
-from theory import reduced_loss
+from weakspots.sims.check import rk4
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import reduced_loss
 
 RK4_TOLERANCE = 1e-6  # diffrax (rtol 1e-10) vs numpy RK4 at dt = 0.05: both far below this
 # One save grid and batch size for the file: one compilation per (stride, heads, loss).
@@ -65,7 +64,7 @@ def test_loss_never_increases_and_t0_limit():
 
 
 def test_one_compilation_serves_a_sweep():
-    from sims import flow
+    from weakspots.sims import flow
 
     keys = jax.random.split(jax.random.PRNGKey(2), BATCH)
     kwargs = dict(stride=8, chunks=64.0, t_end=50.0, n_save=N_SAVE)

@@ -5,13 +5,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.compression import LinearPool
-from idealized.config import TrainConfig
-from idealized.model import init_model
-from sims.analysis import ablate, effect_specialization
-from sims.train import evaluate, train
-from theory import interventions as theory
+from weakspots.idealized.compression import LinearPool
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.model import init_model
+from weakspots.sims.analysis import ablate, effect_specialization
+from weakspots.sims.train import evaluate, train
+from weakspots.theory import interventions as theory
 
 TOL = 0.1  # absolute, on accuracies and effects (about 3.5 binomial s.e. at 256 needles)
 SAMPLES = 256

@@ -3,11 +3,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.config import ModelConfig
-from idealized.loss import objective, retrieval_loss
-from idealized.model import init_model
-from idealized.task import sample_batch
+from weakspots.idealized.config import ModelConfig
+from weakspots.idealized.loss import objective, retrieval_loss
+from weakspots.idealized.model import init_model
+from weakspots.idealized.task import sample_batch
 
 
 def _softmax(z):

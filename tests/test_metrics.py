@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 from scipy import stats
-
-from idealized import metrics
+from weakspots.idealized import metrics
 
 
 @pytest.mark.parametrize(("k", "n"), [(0, 50), (7, 50), (50, 50), (1234, 2048)])

@@ -7,16 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.compression import LinearPool
-from idealized.config import ConfigError, ModelConfig, TrainConfig
-from idealized.loss import batch_logits, objective, phase_entropy
-from idealized.model import init_model
-from idealized.task import Batch, sample_batch
-from sims.analysis import ablate, compare_mitigations
-from theory import interventions as theory
-from theory.mitigations import entropy_critical_weight
-from theory.thresholds import growth_rate
+from weakspots.idealized.compression import LinearPool
+from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.loss import batch_logits, objective, phase_entropy
+from weakspots.idealized.model import init_model
+from weakspots.idealized.task import Batch, sample_batch
+from weakspots.sims.analysis import ablate, compare_mitigations
+from weakspots.theory import interventions as theory
+from weakspots.theory.mitigations import entropy_critical_weight
+from weakspots.theory.thresholds import growth_rate
 
 
 @pytest.mark.parametrize("variant", [{"heads": 3, "stagger": True}, {"heads": 2, "overlap": True}])
@@ -38,7 +37,7 @@ def test_offset_ensemble_covers_every_phase_as_predicted():
     model = eqx.tree_at(
         lambda m: m.compressor, model, LinearPool(jnp.asarray(weights, jnp.float32))
     )
-    from sims.train import evaluate
+    from weakspots.sims.train import evaluate
 
     acc, _ = evaluate(config, model)
     predicted = theory.readout_accuracy(weights, config.gain, config.chunks, config.dim, ensemble=8)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import jax
 import numpy as np
-
-from idealized.config import TrainConfig
-from sims import experiments
-from sims.experiments import _common
-from sims.train import train_many
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims import experiments
+from weakspots.sims.experiments import _common
+from weakspots.sims.train import train_many
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,14 +4,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.config import ConfigError, ModelConfig, TrainConfig
-from idealized.loss import batch_logits
-from idealized.model import init_model
-from idealized.task import Batch, sample_batch
-from sims.analysis import predicted_phase_accuracy
-from sims.train import train_many
-from theory.rope import rope_attenuation_at
+from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.loss import batch_logits
+from weakspots.idealized.model import init_model
+from weakspots.idealized.task import Batch, sample_batch
+from weakspots.sims.analysis import predicted_phase_accuracy
+from weakspots.sims.train import train_many
+from weakspots.theory.rope import rope_attenuation_at
 
 
 @pytest.mark.parametrize(
@@ -43,7 +42,7 @@ def test_kappa_is_the_mean_anchored_self_product():
     dim, rope_dim = 64, 32
     config = ModelConfig(rope_anchor=True, rope_dim=rope_dim, dim=dim)
     b = sample_batch(jax.random.key(2), config, 20000, keys=False)
-    from idealized.model import anchored_self_product
+    from weakspots.idealized.model import anchored_self_product
 
     for phase in range(8):
         values = jax.vmap(lambda r, phase=phase: anchored_self_product(r, phase))(b.rope_norms)

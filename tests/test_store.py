@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from sims.store import (
+from weakspots.sims.store import (
     DamagedResultWarning,
     StoreError,
     compact,
@@ -140,7 +139,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import numpy as np
-    from sims.store import compact, write_run
+    from weakspots.sims.store import compact, write_run
 
     store, first, last, go, compact_at = sys.argv[1:]
     first, last, compact_at = int(first), int(last), int(compact_at)
@@ -231,22 +230,22 @@ TORN_WRITER = TORN_WRITES + textwrap.dedent(
     """
     import sys
     import numpy as np
-    import sims.store
+    import weakspots.sims.store as store_module
 
     TornWrites.crash_at = int(sys.argv[2])
-    sims.store.open = torn_open  # a module global shadows the builtin inside sims.store
-    sims.store.write_run(sys.argv[1], {"seed": 1}, {"loss": 1.0}, {"x": np.arange(1000.0)})
+    store_module.open = torn_open  # a module global shadows the builtin inside the store module
+    store_module.write_run(sys.argv[1], {"seed": 1}, {"loss": 1.0}, {"x": np.arange(1000.0)})
     """
 )
 
 
 def test_sigkill_inside_any_write_leaves_the_run_complete_or_absent(tmp_path, monkeypatch):
-    import sims.store
+    import weakspots.sims.store as store_module
 
     # Count the writes one run makes, then crash fresh processes inside several of them.
     torn: dict = {}
     exec(TORN_WRITES, torn)
-    monkeypatch.setattr(sims.store, "open", torn["torn_open"], raising=False)
+    monkeypatch.setattr(store_module, "open", torn["torn_open"], raising=False)
     write_run(tmp_path / "count", {"seed": 1}, {"loss": 1.0}, {"x": np.arange(1000.0)})
     n_writes = torn["TornWrites"].calls
     assert n_writes >= 2

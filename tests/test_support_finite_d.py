@@ -5,8 +5,7 @@ import math
 import jax
 import numpy as np
 import pytest
-
-from theory import (
+from weakspots.theory import (
     covered,
     finite_d_loss,
     finite_d_support_loss,
@@ -67,7 +66,7 @@ def test_stable_uniform_point_stays_uniform():
 def test_finite_d_support_matches_the_diffrax_flow_of_the_quadrature_from_the_same_starts():
     """s=8 N=24 gain 16 d=64: per start, the RK4 flow of the interpolant and diffrax's Tsit5
     flow of theory.finite_d_loss itself end on the same phases."""
-    from sims.flow import reduced_flow
+    from weakspots.sims.flow import reduced_flow
 
     stride, chunks, starts, amplitude = 8, 24.0, 6, 1e-2
     z = isotropic_starts(stride, starts, seed=3, amplitude=amplitude)

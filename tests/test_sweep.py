@@ -3,11 +3,10 @@
 import jax
 import numpy as np
 import pytest
-
-from idealized.config import ConfigError, TrainConfig
-from sims import store, sweep
-from sims.flow import reduced_flow
-from sims.train import train
+from weakspots.idealized.config import ConfigError, TrainConfig
+from weakspots.sims import store, sweep
+from weakspots.sims.flow import reduced_flow
+from weakspots.sims.train import train
 
 TINY = dict(stride=4, chunks=8, dim=8, steps=20, eval_every=10, eval_samples=64, batch=32, lr=0.5)
 

@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats
-
-from idealized.config import ModelConfig
-from idealized.task import sample_batch
+from weakspots.idealized.config import ModelConfig
+from weakspots.idealized.task import sample_batch
 
 CONFIG = ModelConfig(stride=4, chunks=8, dim=16)
 

@@ -2,9 +2,8 @@
 
 import numpy as np
 import pytest
-
-from sims.check import monte_carlo_accuracy
-from theory import (
+from weakspots.sims.check import monte_carlo_accuracy
+from weakspots.theory import (
     delta_max,
     phase_accuracy,
     phase_accuracy_gaussian,

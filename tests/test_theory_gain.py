@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from sims.flow import reduced_flow
-from theory import (
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import (
     covered,
     gain_race,
     learned_gain_outcome,
@@ -15,7 +14,7 @@ from theory import (
     reentry_rate,
     weight_decay_equilibrium_gain,
 )
-from theory.gain import dropped_phase_rate, reentry_barrier, support_ladder
+from weakspots.theory.gain import dropped_phase_rate, reentry_barrier, support_ladder
 
 GAIN_ATOL = 0.1  # THEORY 6.6 quotes gains to 0.1
 GAIN_RTOL = 1e-3  # ladder's final gain vs the flow's gain at t_end (the check's tolerance)

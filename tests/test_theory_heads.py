@@ -3,9 +3,8 @@
 import jax
 import numpy as np
 import pytest
-
-from sims.flow import reduced_flow
-from theory import coverage_summary, predicted_coverage
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import coverage_summary, predicted_coverage
 
 
 @pytest.mark.slow

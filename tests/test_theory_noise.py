@@ -4,10 +4,9 @@ import math
 
 import numpy as np
 import pytest
-
-from idealized.config import TrainConfig
-from sims.train import train_many
-from theory.noise import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.train import train_many
+from weakspots.theory.noise import (
     logit_variance,
     noise_floor,
     stationary_covariance,
@@ -124,7 +123,7 @@ def _passage_times(force, diffusion, start, end, dt, chains, rng, max_steps=400_
 
 @pytest.mark.parametrize("varying", [False, True])
 def test_first_passage_time_matches_a_langevin_simulation(varying):
-    from theory.noise import first_passage_time
+    from weakspots.theory.noise import first_passage_time
 
     barrier, temperature = 1.0, 1.0 / 3.0  # barrier 3 T
     _, force = _double_well(barrier)
@@ -141,7 +140,7 @@ def test_first_passage_time_matches_a_langevin_simulation(varying):
 
 
 def test_kramers_rate_is_the_high_barrier_limit_of_the_passage_time():
-    from theory.noise import first_passage_time, kramers_rate
+    from weakspots.theory.noise import first_passage_time, kramers_rate
 
     grid = np.linspace(-2.2, 1.0, 8001)
     for ratio, rtol in ((4.0, KRAMERS_RTOL_4T), (15.0, KRAMERS_RTOL_15T)):
@@ -156,7 +155,7 @@ def test_kramers_rate_is_the_high_barrier_limit_of_the_passage_time():
 
 
 def test_kramers_rate_refuses_a_state_that_is_not_a_well_and_a_saddle():
-    from theory.noise import kramers_rate
+    from weakspots.theory.noise import kramers_rate
 
     with pytest.raises(ValueError, match="index-1 saddle"):
         kramers_rate(1.0, 0.1, [1.0, 1.0], [1.0, 1.0])
@@ -169,7 +168,7 @@ ESCAPE_LEVEL = 0.95  # escaped-run count must fall in this central binomial inte
 
 @pytest.fixture(scope="module")
 def metastable_path():
-    from theory.noise import escape_path
+    from weakspots.theory.noise import escape_path
 
     return escape_path(4, 64, 64, 16.0, samples=2**16)  # about 70 s on 2 cores
 
@@ -193,8 +192,7 @@ def metastable_path():
 def test_escape_fraction_from_the_metastable_uniform_well_matches_sgd(metastable_path, lr, steps):
     """s=4 N=64 d=64 gain 16 (uniform stable at d = inf, metastable at d = 64), t = 1200."""
     from scipy.stats import binom
-
-    from theory.noise import escape_probability, escape_rate
+    from weakspots.theory.noise import escape_probability, escape_rate
 
     seeds = 16
     config = TrainConfig(stride=4, chunks=64, lr=lr, steps=steps, eval_every=steps)
@@ -225,7 +223,7 @@ def _cubic_path(stride, barrier, saddle_x, noise):
 
 
 def test_escape_rate_reaches_kramers_over_s_saddles_at_a_high_barrier():
-    from theory.noise import escape_rate, kramers_rate
+    from weakspots.theory.noise import escape_rate, kramers_rate
 
     stride, lr, batch, barrier = 4, 1.0, 256, 0.003
     noise = 2 * batch * barrier / (15.0 * lr)  # barrier = 15 T
@@ -239,7 +237,7 @@ def test_escape_rate_reaches_kramers_over_s_saddles_at_a_high_barrier():
 
 
 def test_escape_mixture_limits_are_the_floor_and_the_escaped_state():
-    from theory.noise import delta_max_distribution, delta_max_with_escape
+    from weakspots.theory.noise import delta_max_distribution, delta_max_with_escape
 
     floor = {"pooling_sd": 0.02, "eval_sd": 0.01}
     stay = delta_max_with_escape(floor, 4, 0.0, 0.97, seeds=4, level=0.9, draws=4000)
@@ -263,7 +261,7 @@ ESCAPE_NOISE_RTOL = 0.06  # two Monte Carlo estimates of c (2^14 problems each):
 def test_finite_d_escape_path_starts_at_the_uniform_curvature_and_noise():
     """Its loss and curvature come from L_d's interpolant, its noise from fresh problems: at
     u = 0 they must give lambda_d (the quadrature's Hessian) and uniform_moments' c."""
-    from theory import escape_path_finite_d, growth_rate_finite_d
+    from weakspots.theory import escape_path_finite_d, growth_rate_finite_d
 
     path = escape_path_finite_d(4, 64, 64, 16.0, drops=np.array([-0.1, 0.0, 0.1, 0.5]))
     well = 1
@@ -283,7 +281,7 @@ def test_finite_d_escape_path_starts_at_the_uniform_curvature_and_noise():
 def test_discrete_escape_needs_noise_and_grows_with_it():
     """The L_d recursion at s=4 N=64 d=64 (uniform metastable): noiseless chains stay in the
     well; the escaped fraction rises with the noise level (here: 8 x the measured c)."""
-    from theory import escape_fraction_discrete
+    from weakspots.theory import escape_fraction_discrete
 
     drops = np.arange(-2, 16) * 0.1
     quiet = {"drop": drops, "noise": np.zeros(18), "transverse_noise": np.zeros(18)}
@@ -300,9 +298,8 @@ def test_discrete_escape_fraction_matches_sgd(lr, steps):
     escape path's noise (theory.escape_fraction_discrete, 1024 chains) against 64 SGD seeds
     of the trainer; escaped means min alpha < 0.1 at the end, in both."""
     from scipy.stats import binom
-
-    from theory import escape_fraction_discrete
-    from theory.noise import escape_path_finite_d
+    from weakspots.theory import escape_fraction_discrete
+    from weakspots.theory.noise import escape_path_finite_d
 
     seeds = 64
     config = TrainConfig(stride=4, chunks=64, lr=lr, steps=steps, eval_every=steps)

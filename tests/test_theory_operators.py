@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-from idealized.compression import DeepSeekV4
-from theory import (
+from weakspots.idealized.compression import DeepSeekV4
+from weakspots.theory import (
     normalised_critical_chunks,
     normalised_growth_rate,
     normalised_needle_logit,

@@ -2,9 +2,8 @@
 
 import jax
 import numpy as np
-
-from sims.flow import reduced_flow
-from theory import (
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import (
     entropy_critical_weight,
     offset_ensemble_accuracy,
     overlap_coverage,

@@ -3,10 +3,9 @@
 import jax
 import numpy as np
 import pytest
-
-from sims.check import REENTRY_RTOL, reentry_slopes
-from sims.flow import reduced_flow
-from theory import (
+from weakspots.sims.check import REENTRY_RTOL, reentry_slopes
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import (
     covered,
     predicted_support_size,
     reentry_time,

@@ -3,10 +3,15 @@
 import jax
 import numpy as np
 import pytest
-
-from sims.check import fitted_rates, log_weights_centred
-from sims.flow import reduced_flow
-from theory import critical_chunks, critical_gain, growth_rate, growth_rates, specialization_time
+from weakspots.sims.check import fitted_rates, log_weights_centred
+from weakspots.sims.flow import reduced_flow
+from weakspots.theory import (
+    critical_chunks,
+    critical_gain,
+    growth_rate,
+    growth_rates,
+    specialization_time,
+)
 
 GROWTH_RTOL = 1e-3  # early exponential phase vs closed form
 TIME_RTOL = 0.10  # time to specialise: prediction vs ODE
@@ -72,8 +77,8 @@ def test_growth_rate_figure_measures_each_mode_of_two_heads():
     # Figure 4 fits rates over a window of the flow. Fitting delta itself mixed the common
     # and differential modes and read 1-4% below lambda_differential at --full; each mode's
     # own amplitude (sims.check.mode_norms) grows at its own rate.
-    from sims.experiments._common import random_starts
-    from sims.experiments.growth_rate import measure_growth_rate
+    from weakspots.sims.experiments._common import random_starts
+    from weakspots.sims.experiments.growth_rate import measure_growth_rate
 
     lam_c, lam_d = (float(x) for x in growth_rates(8, 64, 16.0, heads=2))
     assert lam_c / lam_d == pytest.approx(0.867, abs=1e-3)  # close: the modes would mix

@@ -1,6 +1,6 @@
 """Closed-form and semi-analytic predictions, and the reduced gradient-flow loss."""
 
-import idealized as _idealized  # noqa: F401  (sets the precision policy)
+import weakspots.idealized as _idealized  # noqa: F401  (sets the precision policy)
 
 from .accuracy import delta_max as delta_max
 from .accuracy import needle_accuracy as needle_accuracy

@@ -34,9 +34,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.xla import jit
-from theory.thresholds import growth_rate
+from weakspots.idealized.xla import jit
+from weakspots.theory.thresholds import growth_rate
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.

@@ -54,9 +54,8 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.loss import retrieval_loss
-from idealized.xla import jit
+from weakspots.idealized.loss import retrieval_loss
+from weakspots.idealized.xla import jit
 
 from ._sigmoid import mse_drive, sigma_n
 from .accuracy import needle_accuracy

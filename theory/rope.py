@@ -15,9 +15,8 @@ phases are weak: the reduced flow with a phase-dependent needle gain beta kappa[
 """
 
 import numpy as np
-
-from idealized.rope import ROPE_THETA
-from idealized.rope import rope_frequencies as rope_frequencies
+from weakspots.idealized.rope import ROPE_THETA
+from weakspots.idealized.rope import rope_frequencies as rope_frequencies
 
 
 def rope_attenuation_at(relative, rope_dim, dim, rope_theta=ROPE_THETA, *, xp=np):

@@ -42,8 +42,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.xla import jit
+from weakspots.idealized.xla import jit
 
 from ._sigmoid import mse_drive, sigma_n
 from .finite_d import CHI_NODES, _chi_grid, expected_loss_given_norm

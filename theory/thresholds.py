@@ -24,8 +24,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-from idealized.xla import jit
+from weakspots.idealized.xla import jit
 
 from ._sigmoid import sigma_n
 from .reduced import LOSSES, reduced_loss

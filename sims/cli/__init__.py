@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 import sys
 
-from idealized.config import ConfigError
+from weakspots.idealized.config import ConfigError
 
 from .common import UsageError
 
@@ -31,8 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="weakspots", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     for verb in VERBS:
-        if importlib.util.find_spec(f"sims.cli.{verb}") is not None:
-            importlib.import_module(f"sims.cli.{verb}").register(subparsers)
+        if importlib.util.find_spec(f"weakspots.sims.cli.{verb}") is not None:
+            importlib.import_module(f"weakspots.sims.cli.{verb}").register(subparsers)
     return parser
 
 

@@ -6,9 +6,8 @@ import argparse
 import dataclasses
 
 import numpy as np
-
-from sims.analysis import ablate
-from sims.train import stderr_progress, train
+from weakspots.sims.analysis import ablate
+from weakspots.sims.train import stderr_progress, train
 
 from . import common
 

@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sims import bench  # jax and the baselines load only when this verb runs
+    from weakspots.benchmarks import bench  # jax and the baselines load only when this verb runs
 
     settings = bench.QUICK if args.quick else bench.FULL
     start = time.perf_counter()

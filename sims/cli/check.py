@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from sims.check import agreement_rows
+from weakspots.sims.check import agreement_rows
 
 from . import common
 

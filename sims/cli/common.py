@@ -8,7 +8,7 @@ import json
 import math
 import sys
 
-from idealized.config import LOSSES, OPERATORS, OPTIMIZERS, TrainConfig
+from weakspots.idealized.config import LOSSES, OPERATORS, OPTIMIZERS, TrainConfig
 
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"

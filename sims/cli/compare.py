@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from idealized.config import OPERATORS
-from sims.analysis import MITIGATIONS, compare_mitigations, compare_operators
-from sims.train import stderr_progress
+from weakspots.idealized.config import OPERATORS
+from weakspots.sims.analysis import MITIGATIONS, compare_mitigations, compare_operators
+from weakspots.sims.train import stderr_progress
 
 from . import common
 

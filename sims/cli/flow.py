@@ -7,10 +7,9 @@ import math
 
 import jax
 import numpy as np
-
-from idealized.config import TrainConfig
-from idealized.metrics import support_size
-from sims.flow import reduced_flow
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.metrics import support_size
+from weakspots.sims.flow import reduced_flow
 
 from . import common
 

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.memory_gb <= 0:
         raise common.UsageError("--memory-gb: must be > 0")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
-    from sims import sweep
+    from weakspots.sims import sweep
 
     try:
         runs = sweep.select_slice(sweep.load_spec(args.spec).runs(), index, count)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from sims.train import stderr_progress, train_many
+from weakspots.sims.train import stderr_progress, train_many
 
 from . import common
 

@@ -24,7 +24,7 @@ import dataclasses
 import importlib
 import time
 
-from sims.experiments._common import (
+from weakspots.sims.experiments._common import (
     FIGURES,
     SIZES,
     VERSIONS,
@@ -55,7 +55,7 @@ def _module(name: str):
     """The module `sims.experiments.<name>` of figure `name`."""
     if name not in FIGURES:
         raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
-    return importlib.import_module(f"sims.experiments.{name}")
+    return importlib.import_module(f"weakspots.sims.experiments.{name}")
 
 
 def experiment(name: str):

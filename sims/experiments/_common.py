@@ -12,15 +12,15 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.loss import batch_correct
+from weakspots.idealized.task import sample_batch
+from weakspots.idealized.xla import filter_jit
+from weakspots.sims import store
+from weakspots.sims.flow import reduced_flow
+from weakspots.sims.train import DTYPE, Hyper, TrainResult, init, train_many
 
-import theory
-from idealized.config import TrainConfig
-from idealized.loss import batch_correct
-from idealized.task import sample_batch
-from idealized.xla import filter_jit
-from sims import store
-from sims.flow import reduced_flow
-from sims.train import DTYPE, Hyper, TrainResult, init, train_many
+from weakspots import theory
 
 FIGURES = (
     "weak_spots",

@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-import theory
-from sims.check import mode_norms
-from sims.experiments._common import (
+from weakspots.sims.check import mode_norms
+from weakspots.sims.experiments._common import (
     GAIN,
     STRIDE,
     Size,
@@ -18,6 +16,8 @@ from sims.experiments._common import (
     random_starts,
     row,
 )
+
+from weakspots import theory
 
 
 def _growth_configs(size: Size) -> list[tuple[int, int, float, int]]:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-from idealized.config import TrainConfig
-from sims.experiments._common import Size, base_config, cached, row, train
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import Size, base_config, cached, row, train
 
 
 def configs_head_ablation(size: Size) -> list[TrainConfig]:
@@ -15,7 +14,7 @@ def configs_head_ablation(size: Size) -> list[TrainConfig]:
 
 def run_head_ablation(size: Size, store_dir=None) -> dict:
     """Ablation maps (accuracy drop when head h is removed, per phase) for H = 1, 2, 4, 8."""
-    from sims.analysis import ablate
+    from weakspots.sims.analysis import ablate
 
     def compute():
         configs = configs_head_ablation(size)

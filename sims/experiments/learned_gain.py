@@ -5,10 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
-import theory
-from idealized.metrics import specialization_index, support_size
-from sims.experiments._common import (
+from weakspots.idealized.metrics import specialization_index, support_size
+from weakspots.sims.experiments._common import (
     CHUNKS,
     EVENT_LEVEL,
     STRIDE,
@@ -19,7 +17,9 @@ from sims.experiments._common import (
     random_starts,
     row,
 )
-from theory.gain import race_exponent
+from weakspots.theory.gain import race_exponent
+
+from weakspots import theory
 
 INIT_SCALE = 0.01  # the flows' initial pooling logits: INIT_SCALE * N(0, 1)
 

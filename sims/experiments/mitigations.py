@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from idealized.config import TrainConfig
-from sims.experiments._common import Size, base_config, cached, row, train
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import Size, base_config, cached, row, train
 
 
 def _base(size: Size) -> TrainConfig:
@@ -12,7 +12,7 @@ def _base(size: Size) -> TrainConfig:
 
 def configs_mitigations(size: Size) -> list[TrainConfig]:
     """Each mitigation of sims.analysis.MITIGATIONS with 2 heads, size.seeds seeds."""
-    from sims.analysis import MITIGATIONS, mitigation_configs
+    from weakspots.sims.analysis import MITIGATIONS, mitigation_configs
 
     runs = mitigation_configs(_base(size), MITIGATIONS, range(size.seeds))
     return [c for configs in runs.values() for c in configs]
@@ -20,7 +20,7 @@ def configs_mitigations(size: Size) -> list[TrainConfig]:
 
 def run_mitigations(size: Size, store_dir=None) -> dict:
     """Each mitigation of sims.analysis.MITIGATIONS with 2 heads: measured and predicted, and cost."""
-    from sims.analysis import MITIGATIONS, compare_mitigations
+    from weakspots.sims.analysis import MITIGATIONS, compare_mitigations
 
     def compute():
         out = compare_mitigations(_base(size), MITIGATIONS, list(range(size.seeds)), train=train)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -18,6 +16,8 @@ from sims.experiments._common import (
     support_prediction,
     train,
 )
+
+from weakspots import theory
 
 GRAM_OPERATORS = ("softmax_pool", "mean_pool", "linear")
 KEY_OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
@@ -37,7 +37,7 @@ def _base(size: Size) -> TrainConfig:
 
 def configs_operators(size: Size) -> list[TrainConfig]:
     """Every operator of this size at each of size.seeds seeds, evaluated once at the end."""
-    from sims.analysis import operator_configs
+    from weakspots.sims.analysis import operator_configs
 
     runs = operator_configs(_base(size), _operators(size), range(size.seeds))
     return [c for configs in runs.values() for c in configs]
@@ -45,7 +45,7 @@ def configs_operators(size: Size) -> list[TrainConfig]:
 
 def run_operators(size: Size, store_dir=None) -> dict:
     """delta_max, psc and mean accuracy of each compression operator, same budget, over seeds."""
-    from sims.analysis import compare_operators
+    from weakspots.sims.analysis import compare_operators
 
     def compute():
         ops = _operators(size)

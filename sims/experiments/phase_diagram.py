@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from idealized.metrics import specialization_index, support_size
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.metrics import specialization_index, support_size
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -20,6 +18,8 @@ from sims.experiments._common import (
     row,
     train,
 )
+
+from weakspots import theory
 
 
 def configs_phase_diagram(size: Size) -> list[TrainConfig]:
@@ -92,7 +92,7 @@ def escape_chunks(size: Size) -> dict:
     Measured at --full: 0.02, 0.07, 0.22, 0.66, 0.99 at N = 12..16, so 14.6, where the SGD
     bracket is [12, 16] and N_c(d = 64) lies outside it.
     """
-    from sims.experiments.support_size import uniform_escape
+    from weakspots.sims.experiments.support_size import uniform_escape
 
     chunks, p_escape = [], []
     for n in range(12, int(np.ceil(theory.critical_chunks_finite_d(GAIN, STRIDE, DIM)))):

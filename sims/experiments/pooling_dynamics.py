@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from idealized.metrics import support_size
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.metrics import support_size
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -22,7 +20,9 @@ from sims.experiments._common import (
     support_prediction,
     train,
 )
-from sims.flow import reduced_flow
+from weakspots.sims.flow import reduced_flow
+
+from weakspots import theory
 
 POOLING_INIT = 0.3
 

@@ -6,11 +6,9 @@ import math
 
 import jax
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from idealized.metrics import harmonic_spectrum
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.metrics import harmonic_spectrum
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -21,8 +19,10 @@ from sims.experiments._common import (
     row,
     train,
 )
-from sims.train import Hyper, evaluate, init
-from theory import interventions as tint
+from weakspots.sims.train import Hyper, evaluate, init
+from weakspots.theory import interventions as tint
+
+from weakspots import theory
 
 ROPE_DIM = 64
 
@@ -68,7 +68,7 @@ def run_rope_anchoring(size: Size, store_dir=None) -> dict:
 def predict_rope_anchoring(size: Size, results: dict, store_dir=None) -> dict:
     """kappa(phi) attenuation (theory.rope_attenuation_at) and the accuracy it implies;
     for the trained case, the reduced flow of the anchored loss from the run's own start."""
-    from sims.analysis import predicted_phase_accuracy
+    from weakspots.sims.analysis import predicted_phase_accuracy
 
     def compute():
         out = {"kappa": theory.rope_attenuation_at(np.arange(STRIDE), ROPE_DIM, DIM), "cases": []}

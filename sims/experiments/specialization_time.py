@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import (
     CHUNKS,
     EVENT_LEVEL,
     GAIN,
@@ -21,6 +19,8 @@ from sims.experiments._common import (
     row,
     train,
 )
+
+from weakspots import theory
 
 
 def configs_specialization_time(size: Size) -> list[TrainConfig]:

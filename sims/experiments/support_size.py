@@ -5,10 +5,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -21,6 +19,8 @@ from sims.experiments._common import (
     support_prediction,
     train,
 )
+
+from weakspots import theory
 
 DELTA_MAX_TOLERANCE = 0.1  # absolute, for the specialised k-states (k < s)
 # k = s: the row passes inside this central interval of the predicted seed-mean delta_max

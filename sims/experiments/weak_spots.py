@@ -5,10 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-import theory
-from idealized.config import TrainConfig
-from sims.experiments._common import (
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.experiments._common import (
     CHUNKS,
     DIM,
     GAIN,
@@ -20,6 +18,8 @@ from sims.experiments._common import (
     row,
     train,
 )
+
+from weakspots import theory
 
 
 def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed=2024):

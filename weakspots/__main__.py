@@ -1,0 +1,3 @@
+from weakspots.sims.cli import main
+
+raise SystemExit(main())

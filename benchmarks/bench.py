@@ -40,13 +40,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from weakspots import idealized  # noqa: F401  (precision policy)
 from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.xla import jit
 from weakspots.sims import flow
 from weakspots.sims import train as trainer
-
-from weakspots import idealized  # noqa: F401  (precision policy)
 
 CANONICAL = TrainConfig()  # s=8, N=64, d=64, H=1, batch 256, softmax_pool, mse, SGD
 TARGETS = {
@@ -325,7 +325,13 @@ def bench_sharding(settings: BenchSettings, log: Callable[[str], None]) -> dict:
     }
     log("sharding: 1 vs 2 host devices in a subprocess")
     proc = subprocess.run(
-        [sys.executable, "-m", "weakspots.benchmarks.bench", "--sharding-worker", json.dumps(request)],
+        [
+            sys.executable,
+            "-m",
+            "weakspots.benchmarks.bench",
+            "--sharding-worker",
+            json.dumps(request),
+        ],
         env=env,
         capture_output=True,
         text=True,

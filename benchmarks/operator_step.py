@@ -30,13 +30,13 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from weakspots.idealized import compression, task
 from weakspots.idealized import deepseek_v4 as deepseek
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.xla import jit
 from weakspots.sims import train as trainer
-
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 
 OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
 LOSS_RTOL = 1e-4  # float32 steps: the two forms round differently, nothing more

@@ -21,12 +21,12 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
+
+from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.task import chi_square, standard_normal
 from weakspots.idealized.xla import jit
 from weakspots.sims.train import DTYPE, Hyper, init
-
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 
 
 def draw(config: TrainConfig, key, steps: int):

@@ -13,10 +13,10 @@ import tempfile
 import time
 
 import jax
-from weakspots.sims import sweep
-from weakspots.sims.train import train
 
 from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.sims import sweep
+from weakspots.sims.train import train
 
 
 def main() -> None:

@@ -19,11 +19,11 @@ from functools import partial
 
 import jax
 import numpy as np
+
+from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.xla import COMPILER_OPTIONS
 from weakspots.sims import train as trainer
-
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 
 SETTINGS = {  # the configs whose steps paper_repro trains most
     "canonical": {},

@@ -1,6 +1,7 @@
 """Figure 11: finite-d accuracy: the exact formula and THEORY 7's Gaussian form against Monte Carlo."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
 
 CAPTION = (

@@ -1,6 +1,7 @@
 """Figure 4: growth rate of the instability: measured (reduced flow) against predicted."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure, spread_yerr
 
 CAPTION = (

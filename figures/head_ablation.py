@@ -1,6 +1,7 @@
 """Figure 7: heads x phases ablation maps (accuracy lost when a head is removed), H = 1, 2, 4, 8."""
 
 import numpy as np
+
 from weakspots.figures.style import figure
 
 CAPTION = (

@@ -1,6 +1,7 @@
 """Figure 12: learned gain: the race between gain growth and the instability."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, figure
 
 CAPTION = (

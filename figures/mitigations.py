@@ -1,6 +1,7 @@
 """Figure 10: mitigations: delta_max and cost, predicted and measured."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, figure
 
 CAPTION = (

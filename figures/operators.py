@@ -1,6 +1,7 @@
 """Figure 8: compression operators compared: delta_max, psc and mean accuracy."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, figure
 
 METRICS = (

@@ -1,6 +1,7 @@
 """Figure 3: phase diagram: specialisation over (context chunks, gain/stride) with N_c drawn on it."""
 
 import numpy as np
+
 from weakspots.figures.style import THEORY, figure
 
 CAPTION = (

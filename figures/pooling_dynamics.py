@@ -1,6 +1,7 @@
 """Figure 2: pooling weights against time: reduced-flow (ODE) curves with SGD points on top."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, figure, spread_yerr
 
 CAPTION = (

@@ -1,6 +1,7 @@
 """Figure 9: RoPE anchoring pins which phases are weak: per-phase accuracy and harmonic spectrum."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
 from weakspots.idealized.metrics import harmonic_spectrum
 

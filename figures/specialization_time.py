@@ -1,6 +1,7 @@
 """Figure 5: time to specialise against init scale: t* theory line, ODE and SGD points."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure
 
 CAPTION = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+
 from weakspots.idealized.metrics import wilson_interval
 
 THEORY = dict(color="black", lw=1.6, zorder=2)

@@ -1,6 +1,7 @@
 """Figure 6: support size k and delta_max against stride and against context length."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure, spread_yerr
 
 

@@ -1,6 +1,7 @@
 """Figure 1: periodic weak spots: accuracy against needle position, the mean hiding the sawtooth."""
 
 import numpy as np
+
 from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
 
 CAPTION = (

@@ -24,6 +24,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits

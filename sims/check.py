@@ -19,9 +19,9 @@ from collections import Counter
 
 import jax
 import numpy as np
-from weakspots.idealized.config import TrainConfig
 
 from weakspots import theory
+from weakspots.idealized.config import TrainConfig
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 N_SAVE = 101  # every reduced flow here saves 101 times, in batches of BATCH: few compilations

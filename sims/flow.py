@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
+
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order

@@ -34,6 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.config import ConfigError, TrainConfig
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.xla import jit

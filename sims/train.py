@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
+
 from weakspots.idealized.config import HYPER_FIELDS, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,

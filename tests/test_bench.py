@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
-from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
+
+from weakspots.benchmarks import bench, naive_trainer, operator_step, rng_limit, scipy_flow
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.loss import objective
 from weakspots.idealized.model import init_model
@@ -25,7 +26,6 @@ from weakspots.idealized.task import (
     random_words,
     standard_normal,
 )
-from weakspots.benchmarks import bench
 from weakspots.sims import train as trainer
 from weakspots.sims.cli import bench as bench_cli
 from weakspots.theory.reduced import reduced_loss

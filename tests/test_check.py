@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import pytest
+
 from weakspots.sims import check
 from weakspots.sims.cli import main
 

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+
 from weakspots.idealized.metrics import wilson_interval
 from weakspots.sims.cli import main
 from weakspots.theory.interventions import readout_accuracy

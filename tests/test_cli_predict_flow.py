@@ -5,11 +5,11 @@ import json
 import jax
 import numpy as np
 import pytest
+
+from weakspots import theory
 from weakspots.idealized.metrics import support_size
 from weakspots.sims.cli import main
 from weakspots.sims.flow import reduced_flow
-
-from weakspots import theory
 
 PREDICT_KEYS = (
     "critical_chunks",

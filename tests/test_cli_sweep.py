@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+
 from weakspots.sims import store
 
 SPEC = """\

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized import compression
 from weakspots.idealized.config import ModelConfig
 

@@ -2,6 +2,7 @@ import dataclasses
 import math
 
 import pytest
+
 from weakspots.idealized.config import HYPER_FIELDS, ConfigError, ModelConfig, TrainConfig
 
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.deepseek_v4 import deepseek_v4
 
 ATOL = 1e-10  # float64 throughout

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
+
 from weakspots.sims.experiments import FIGURES
 
 DATA = Path(__file__).parent / "data" / "figure_inputs.json"

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.check import SGD_ATOL, distance_to_reduced, sgd_config
 from weakspots.sims.flow import finite_flow

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import ModelConfig
 from weakspots.idealized.loss import objective, retrieval_loss
 from weakspots.idealized.model import init_model

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from scipy import stats
+
 from weakspots.idealized import metrics
 
 

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits, objective, phase_entropy

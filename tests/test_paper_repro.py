@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
 from weakspots.sims.experiments import _common

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.model import init_model

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
 from weakspots.sims.store import (
     DamagedResultWarning,
     StoreError,

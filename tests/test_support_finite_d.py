@@ -5,6 +5,7 @@ import math
 import jax
 import numpy as np
 import pytest
+
 from weakspots.theory import (
     covered,
     finite_d_loss,

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import ConfigError, TrainConfig
 from weakspots.sims import store, sweep
 from weakspots.sims.flow import reduced_flow

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy import stats
+
 from weakspots.idealized.config import ModelConfig
 from weakspots.idealized.task import sample_batch
 

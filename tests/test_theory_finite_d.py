@@ -6,15 +6,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 import weakspots.theory.finite_d as finite_d
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.loss import objective
 from weakspots.idealized.model import init_model
 from weakspots.idealized.task import sample_batch
 from weakspots.sims.check import rk4
 from weakspots.sims.flow import finite_flow, reduced_flow
-
-from weakspots import theory
 
 S, N, GAIN = 8, 64, 16.0
 UNIFORM = np.zeros(S)

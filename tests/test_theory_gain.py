@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.sims.flow import reduced_flow
 from weakspots.theory import (
     covered,

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+
 from weakspots.sims.flow import reduced_flow
 from weakspots.theory import coverage_summary, predicted_coverage
 

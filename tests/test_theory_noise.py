@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.train import train_many
 from weakspots.theory.noise import (
@@ -192,6 +193,7 @@ def metastable_path():
 def test_escape_fraction_from_the_metastable_uniform_well_matches_sgd(metastable_path, lr, steps):
     """s=4 N=64 d=64 gain 16 (uniform stable at d = inf, metastable at d = 64), t = 1200."""
     from scipy.stats import binom
+
     from weakspots.theory.noise import escape_probability, escape_rate
 
     seeds = 16
@@ -298,6 +300,7 @@ def test_discrete_escape_fraction_matches_sgd(lr, steps):
     escape path's noise (theory.escape_fraction_discrete, 1024 chains) against 64 SGD seeds
     of the trainer; escaped means min alpha < 0.1 at the end, in both."""
     from scipy.stats import binom
+
     from weakspots.theory import escape_fraction_discrete
     from weakspots.theory.noise import escape_path_finite_d
 

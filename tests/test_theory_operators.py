@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.compression import DeepSeekV4
 from weakspots.theory import (
     normalised_critical_chunks,

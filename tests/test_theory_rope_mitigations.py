@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+
 from weakspots.sims.flow import reduced_flow
 from weakspots.theory import (
     entropy_critical_weight,

@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+
 from weakspots.sims.check import REENTRY_RTOL, reentry_slopes
 from weakspots.sims.flow import reduced_flow
 from weakspots.theory import (

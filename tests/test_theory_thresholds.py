@@ -3,6 +3,7 @@
 import jax
 import numpy as np
 import pytest
+
 from weakspots.sims.check import fitted_rates, log_weights_centred
 from weakspots.sims.flow import reduced_flow
 from weakspots.theory import (

@@ -2,12 +2,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.xla import jit
 from weakspots.sims import train as trainer
 from weakspots.sims.train import TrainingDiverged, train, train_many
-
-from weakspots import theory
 
 CANONICAL = TrainConfig(
     eval_samples=1024

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
 from weakspots.idealized.xla import COMPILER_OPTIONS, filter_jit, jit

@@ -34,6 +34,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.xla import jit
 from weakspots.theory.thresholds import growth_rate
 

@@ -64,6 +64,7 @@ import numpy as np
 from jax.scipy.special import logsumexp, ndtr
 from scipy.special import ndtri, roots_genlaguerre
 from scipy.stats import qmc
+
 from weakspots.idealized.xla import jit
 
 from .accuracy import needle_accuracy

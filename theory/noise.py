@@ -54,6 +54,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.loss import retrieval_loss
 from weakspots.idealized.xla import jit
 

@@ -15,6 +15,7 @@ phases are weak: the reduced flow with a phase-dependent needle gain beta kappa[
 """
 
 import numpy as np
+
 from weakspots.idealized.rope import ROPE_THETA
 from weakspots.idealized.rope import rope_frequencies as rope_frequencies
 

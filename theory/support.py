@@ -42,6 +42,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.xla import jit
 
 from ._sigmoid import mse_drive, sigma_n

@@ -24,6 +24,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.xla import jit
 
 from ._sigmoid import sigma_n

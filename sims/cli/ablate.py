@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 import numpy as np
+
 from weakspots.sims.analysis import ablate
 from weakspots.sims.train import stderr_progress, train
 

@@ -7,6 +7,7 @@ import math
 
 import jax
 import numpy as np
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.sims.flow import reduced_flow

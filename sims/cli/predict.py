@@ -7,9 +7,9 @@ import math
 from collections import Counter
 
 import numpy as np
-from weakspots.idealized.config import TrainConfig
 
 from weakspots import theory
+from weakspots.idealized.config import TrainConfig
 
 from . import common
 

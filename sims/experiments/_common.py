@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.loss import batch_correct
 from weakspots.idealized.task import sample_batch
@@ -19,8 +21,6 @@ from weakspots.idealized.xla import filter_jit
 from weakspots.sims import store
 from weakspots.sims.flow import reduced_flow
 from weakspots.sims.train import DTYPE, Hyper, TrainResult, init, train_many
-
-from weakspots import theory
 
 FIGURES = (
     "weak_spots",

@@ -8,13 +8,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
 from weakspots.sims.experiments._common import GAIN, STRIDE, Size, cached, correct_at_phase, row
 from weakspots.sims.train import DTYPE
-
-from weakspots import theory
 
 
 def finite_d_cases() -> list[dict]:

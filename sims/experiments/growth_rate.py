@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.sims.check import mode_norms
 from weakspots.sims.experiments._common import (
     GAIN,
@@ -16,8 +18,6 @@ from weakspots.sims.experiments._common import (
     random_starts,
     row,
 )
-
-from weakspots import theory
 
 
 def _growth_configs(size: Size) -> list[tuple[int, int, float, int]]:

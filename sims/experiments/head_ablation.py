@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments._common import Size, base_config, cached, row, train
 

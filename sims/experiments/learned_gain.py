@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.metrics import specialization_index, support_size
 from weakspots.sims.experiments._common import (
     CHUNKS,
@@ -18,8 +20,6 @@ from weakspots.sims.experiments._common import (
     row,
 )
 from weakspots.theory.gain import race_exponent
-
-from weakspots import theory
 
 INIT_SCALE = 0.01  # the flows' initial pooling logits: INIT_SCALE * N(0, 1)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments._common import (
     CHUNKS,
@@ -16,8 +18,6 @@ from weakspots.sims.experiments._common import (
     support_prediction,
     train,
 )
-
-from weakspots import theory
 
 GRAM_OPERATORS = ("softmax_pool", "mean_pool", "linear")
 KEY_OPERATORS = ("max_pool", "low_rank", "deepseek_v4")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import specialization_index, support_size
 from weakspots.sims.experiments._common import (
@@ -18,8 +20,6 @@ from weakspots.sims.experiments._common import (
     row,
     train,
 )
-
-from weakspots import theory
 
 
 def configs_phase_diagram(size: Size) -> list[TrainConfig]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.sims.experiments._common import (
@@ -21,8 +23,6 @@ from weakspots.sims.experiments._common import (
     train,
 )
 from weakspots.sims.flow import reduced_flow
-
-from weakspots import theory
 
 POOLING_INIT = 0.3
 

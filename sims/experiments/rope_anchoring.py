@@ -6,6 +6,8 @@ import math
 
 import jax
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import harmonic_spectrum
 from weakspots.sims.experiments._common import (
@@ -21,8 +23,6 @@ from weakspots.sims.experiments._common import (
 )
 from weakspots.sims.train import Hyper, evaluate, init
 from weakspots.theory import interventions as tint
-
-from weakspots import theory
 
 ROPE_DIM = 64
 

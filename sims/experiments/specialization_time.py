@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments._common import (
     CHUNKS,
@@ -19,8 +21,6 @@ from weakspots.sims.experiments._common import (
     row,
     train,
 )
-
-from weakspots import theory
 
 
 def configs_specialization_time(size: Size) -> list[TrainConfig]:

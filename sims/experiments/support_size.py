@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments._common import (
     CHUNKS,
@@ -19,8 +21,6 @@ from weakspots.sims.experiments._common import (
     support_prediction,
     train,
 )
-
-from weakspots import theory
 
 DELTA_MAX_TOLERANCE = 0.1  # absolute, for the specialised k-states (k < s)
 # k = s: the row passes inside this central interval of the predicted seed-mean delta_max

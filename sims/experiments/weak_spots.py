@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments._common import (
     CHUNKS,
@@ -18,8 +20,6 @@ from weakspots.sims.experiments._common import (
     row,
     train,
 )
-
-from weakspots import theory
 
 
 def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed=2024):

@@ -34,7 +34,7 @@ from weakspots.idealized.loss import (
 )
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.model import RetrievalModel, init_model
-from weakspots.idealized.task import Batch, sample_batch
+from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
 
 DTYPE = jnp.float32
@@ -131,7 +131,7 @@ def init(config: TrainConfig, hyper: Hyper) -> TrainState:
 
 def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainState, Array]:
     """One SGD/Adam step on a fresh minibatch; steps past `config.steps` leave the state as is."""
-    key, k_batch = jax.random.split(state.key)
+    key, k_batch = split_key(state.key)
     model = state.model
     batch = sample_batch(k_batch, config.model, config.batch, keys=not model.uses_gram, dtype=DTYPE)
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -144,7 +144,7 @@ def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainSta
     new = TrainState(eqx.apply_updates(model, updates), opt_state, key, state.step + 1)
     active = state.step < config.steps
     new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
-    return new, jnp.where(active, loss, jnp.nan)
+    return new, jnp.where(active, loss, jnp.full_like(loss, jnp.nan))
 
 
 def advance(config: TrainConfig, state: TrainState, hyper: Hyper):

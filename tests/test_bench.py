@@ -7,6 +7,9 @@
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import equinox as eqx
 import jax
@@ -230,3 +233,30 @@ def test_bench_quick_json(capsys):
     ):
         assert key in result
     assert result["flow_agree"]
+
+
+def test_gpu_script_refuses_a_cpu_and_tabulates_a_record():
+    from weakspots.benchmarks import gpu
+
+    done = subprocess.run(
+        [sys.executable, "-m", "weakspots.benchmarks.gpu", "--skip-paper"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert done.returncode == 1 and "not a GPU" in done.stderr
+    result = {**_fake_result(), "fraction_of_rng_limit": 0.9, "speedup_vs_naive_loop": 500.0,
+              "flow_speedup_vs_scipy": 80.0, "absolute": {"trainer_model_steps_per_second": 1e5}}  # fmt: skip
+    record = {
+        "device": {"kind": "NVIDIA H200", "count": 1, "jax": "0.10.2"},
+        "date": "2030-01-01",
+        "bench": result,
+        "paper_seconds": 321.0,
+    }
+    text = gpu.table(record)
+    assert "| fraction_of_rng_limit (trainer / RNG limit on this GPU) | 0.9 |" in text
+    assert (
+        "| trainer model-steps/s | 1e+05 |" in text and "| paper_repro.py --full | 321 s |" in text
+    )
+    assert "| RNG limit model-steps/s | - |" in text

@@ -306,12 +306,8 @@ def run_batch(
     states = _init_many(config, hyper)
     records, step_losses = [], []
     blocks = config.eval_times
-    for block in range(blocks + 1):
-        go = jnp.asarray(block < blocks)
-        states, losses, record = _advance_many(config, states, hyper, held_out, go)
-        records.append(record)
-        if block == blocks:  # the final state's record: its steps were all past the end
-            break
+
+    def finish(block: int, losses) -> None:  # on the host, while the next block computes
         losses = _to_host(losses)[:runs]
         done = min(config.eval_every, config.steps - block * config.eval_every)
         losses = losses[:, :done]
@@ -320,6 +316,17 @@ def run_batch(
         step_losses.append(losses)
         if progress is not None:
             progress(block + 1, blocks)
+
+    # Each block is dispatched before the host reads the previous one's losses, so the
+    # device never waits for the host; the last call only records the final state.
+    pending = None
+    for block in range(blocks + 1):
+        go = jnp.asarray(block < blocks)
+        states, losses, record = _advance_many(config, states, hyper, held_out, go)
+        records.append(record)
+        if pending is not None:
+            finish(block - 1, pending)
+        pending = losses
     stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)
     history = History(**stacked)
     models = states.model

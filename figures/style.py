@@ -1,5 +1,5 @@
 """Shared look of the paper figures: one font-size scheme, theory as lines, simulation as
-points with intervals, and legends beside the data, never over it."""
+points with intervals, and legends in their own row under the panels, never over data."""
 
 from __future__ import annotations
 
@@ -59,13 +59,6 @@ def legend_below(fig, axes=None, ncol=3, handles=None, labels=None):
                 seen.setdefault(label, h)
         labels, handles = list(seen), list(seen.values())
     return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
-
-
-def legend_right(ax, **kwargs):
-    """A legend beside the axes, to its right (never over data)."""
-    return ax.legend(
-        loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, **kwargs
-    )
 
 
 def wilson_yerr(accuracy, samples) -> np.ndarray:

@@ -86,6 +86,7 @@ class Progress:
         self._bar = None
         self._lines = 0
         self._last_line_done: int | None = None
+        self._line_without_eta = False
         self._closed = False
         self._start = self._last_event = self._last_line = time.perf_counter()
         self._clean_seconds = self._warm_seconds = 0.0
@@ -206,7 +207,10 @@ class Progress:
             self._bar.update(advanced)
             return
         now = time.perf_counter()
-        if now - self._last_line >= self.every_seconds:
+        # A line that could give no ETA (the compile had just ended) is followed by one as
+        # soon as there is one.
+        first_eta = self._line_without_eta and self.eta() is not None
+        if now - self._last_line >= self.every_seconds or first_eta:
             self._print_line()
 
     def _print_line(self) -> None:
@@ -214,6 +218,7 @@ class Progress:
         self._last_line = now
         self._lines += 1
         self._last_line_done = self.done
+        self._line_without_eta = self.eta() is None
         total = self.total if self.total is not None else "?"
         percent = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         print(

@@ -51,9 +51,9 @@ def test_version(capsys):
 def test_wide_table_wraps_text_and_keeps_numbers():
     config = "s=8 N=64 d=64 H=1 gain=16 softmax_pool mse sgd lr=2 steps=600 batch=256 seeds 0..7"
     rows = [["growth_rate_reduced_flow", config, 0.123456, 0.1234, "pass"]] * 2
-    text = common.table(["prediction", "config", "predicted", "ode", "pass"], rows, width=60)
+    text = common.table(["prediction", "config", "predicted", "ode", "pass"], rows, width=80)
     lines = text.splitlines()
-    assert max(len(line) for line in lines) <= 60
+    assert max(len(line) for line in lines) <= 80
     assert len(lines) > 4  # the config wrapped over several lines per row
     assert text.count("0.123") == 4 and "0.123456" not in text  # numbers whole, formatted
     # the config column's cells, read back line by line, hold the config twice, word for word

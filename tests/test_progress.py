@@ -124,3 +124,19 @@ def test_disabled_prints_nothing_but_counts(clock):
 )
 def test_format_seconds(seconds, text):
     assert format_seconds(seconds) == text
+
+
+def test_a_line_without_eta_is_followed_by_one_with_it(clock):
+    out = io.StringIO()
+    with Progress("train", "steps", total=100, warmups=1, stream=out, every_seconds=10.0) as bar:
+        clock.now += 15.0
+        bar.update(10, warmup=True)  # past the period: a line, but no rate yet
+        clock.now += 1.0
+        bar.update(10)  # the rate is known: a line at once, not 10 s later
+        for _ in range(8):
+            clock.now += 1.0
+            bar.update(10)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "train: 10/100 steps (10%), 15s elapsed, ETA ?"
+    assert lines[1] == "train: 20/100 steps (20%), 16s elapsed, ETA 8s"
+    assert lines[-1] == "train: 100/100 steps (100%), 24s elapsed, done"

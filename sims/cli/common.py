@@ -29,8 +29,17 @@ class UsageError(ValueError):
 # ----------------------------------------------------------------------------- help
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each flag's default after its help; keeps the description and examples as written."""
+class HelpFormatter(argparse.HelpFormatter):
+    """Shows each flag's default after its help; keeps the examples (`examples`) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.split("\n\n"):
+            if block.startswith("examples:"):
+                blocks.append(textwrap.indent(block, indent))
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -302,7 +311,7 @@ def sparkline(values, low: float = 0.0, high: float = 1.0) -> str:
     return "".join(out)
 
 
-MIN_TEXT_WIDTH = 12  # a text column is never wrapped narrower than this
+MIN_TEXT_WIDTH = 24  # a text column is never wrapped narrower than this (intervals stay whole)
 
 
 def terminal_width() -> int:
@@ -316,7 +325,8 @@ def table(
     """An aligned text table at most `width` columns wide (default `terminal_width()`).
 
     Numbers are right-aligned, text left-aligned. When the table is too wide, the widest
-    text columns wrap inside their cells (down to `MIN_TEXT_WIDTH`); numbers never wrap.
+    text columns wrap inside their cells, down to `MIN_TEXT_WIDTH`; narrower text and
+    numbers never wrap (so a table of short cells may stay wider than `width`).
     """
     width = terminal_width() if width is None else width
 

@@ -19,6 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.ticker import NullFormatter
@@ -271,6 +272,8 @@ def _label(value) -> str:
     return str(value)
 
 
-def save(fig, path: str | os.PathLike) -> None:
-    """Save `fig` (PNG by the suffix), the legend outside the axes included."""
+def save(fig, path: str | os.PathLike, *, close: bool = True) -> None:
+    """Save `fig` (format by the suffix), the legend outside the axes included; then close it."""
     fig.savefig(path, bbox_inches="tight")
+    if close:
+        plt.close(fig)

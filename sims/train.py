@@ -295,7 +295,9 @@ def run_batch(
     to a multiple of its size, padding dropped from the results), so the jitted, vmapped
     program is partitioned across its devices; each run's numbers do not depend on it.
     `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
-    records a diverged run's non-finite loss rather than losing its batch).
+    records a diverged run's non-finite loss rather than losing its batch). `progress`
+    (`sims.progress.Progress`) gets the steps of each evaluation block, the first marked
+    as the compile's.
     """
     config = config.static
     held_out = _shared_held_out(config) if config.model.uses_gram else None

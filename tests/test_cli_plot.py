@@ -1,6 +1,7 @@
 """`weakspots plot` and `figures.sweep_plot`: a store's columns drawn, list columns expanded."""
 
 import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -37,11 +38,13 @@ def sweep_store(tmp_path_factory):
 
 def _line_data(fig):
     """The (x, y) of every line that joins means (the errorbar lines, not the run dots)."""
-    return [
+    lines = [
         (line.get_xdata(), line.get_ydata())
         for line in fig.axes[0].get_lines()
         if line.get_linestyle() == "-"
     ]
+    plt.close(fig)
+    return lines
 
 
 def test_means_per_hue_and_x_match_pandas(sweep_store):

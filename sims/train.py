@@ -32,7 +32,7 @@ from weakspots.idealized.loss import (
     retrieval_loss,
 )
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
-from weakspots.idealized.model import RetrievalModel, init_model
+from weakspots.idealized.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import jit
 from weakspots.sims.progress import Progress
@@ -122,8 +122,7 @@ def _params(model: RetrievalModel):
 
 def init(config: TrainConfig, hyper: Hyper) -> TrainState:
     """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
-    key = jax.random.key(hyper.seed)
-    k_model, k_data = jax.random.split(key)
+    k_model, k_data = run_keys(hyper.seed)
     model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
     opt_state = _optimizer(config, hyper.lr).init(_params(model))
     return TrainState(model, opt_state, k_data, jnp.zeros((), jnp.int32))

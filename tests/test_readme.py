@@ -50,7 +50,7 @@ predicted = theory.phase_accuracy(weights, gain=8.0, chunks=32, dim=32)
 low, high = wilson_interval(predicted, config.eval_samples, z=3.29).T
 assert np.all((low <= acc) & (acc <= high)), (acc, predicted)
 # The flow ends on the same number of phases as SGD.
-final = np.asarray(flow.pooling_weights[0, -1, 0])
+final = np.asarray(flow.history.pooling_weights[-1, 0])
 assert theory.covered(final, 4).sum() == summary["support_size"][0], final
 # The sweep: 6 runs; fewer phases below beta_c = 11.0, 3 at gain 12 (metastable uniform, as
 # the README says: linearly stable at d = 32, yet the 3-phase state has lower L_d), all 4

@@ -249,13 +249,11 @@ def plot_store(
             else "dots: runs"
         ),
         loc="left",
-        fontsize=8,
     )
     if hue is not None:
         # Outside the axes, so the legend never covers data.
         ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False)
-    fig.tight_layout()
-    return fig
+    return fig  # style.figure's constrained layout makes room for the outside legend
 
 
 def _sort_key(value):

@@ -89,12 +89,13 @@ def test_a_run_does_not_depend_on_the_runs_batched_with_it():
 
 
 def test_new_hyperparameter_values_do_not_recompile():
-    train_many([SMALL.replace(seed=0), SMALL.replace(seed=1)])
+    learned = SMALL.replace(learn_gain=True)  # weight decay acts on a learned gain
+    train_many([learned.replace(seed=0), learned.replace(seed=1)])
     sizes = trainer._advance_many._cache_size(), trainer._init_many._cache_size()
     train_many(
         [
-            SMALL.replace(seed=5, lr=0.3, gain=3.0),
-            SMALL.replace(seed=6, weight_decay=1e-3, init_scale=0.5),
+            learned.replace(seed=5, lr=0.3, gain=3.0),
+            learned.replace(seed=6, weight_decay=1e-3, init_scale=0.5),
         ]
     )
     assert (trainer._advance_many._cache_size(), trainer._init_many._cache_size()) == sizes
@@ -104,7 +105,7 @@ def test_held_out_set_is_shared_by_configs_that_draw_it_alike():
     # The set depends on the sampler's fields only: a config that differs elsewhere gets the
     # same numbers from the same compiled draw, equal to drawing with its own full config.
     base = SMALL.replace(eval_samples=64)
-    other = base.replace(heads=2, phase_entropy=0.1, operator="mean_pool", steps=7, lr=0.5)
+    other = base.replace(heads=2, phase_entropy=0.1, operator="low_rank", steps=7, lr=0.5)
     draw = jax.vmap(lambda p: trainer._eval_slice(other, False, 64, p, 0))
     direct = jit(lambda: draw(jnp.arange(4)))()  # compiled as the trainer's draw is
     shared = trainer.held_out_gram(base)

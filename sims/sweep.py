@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -40,6 +40,7 @@ from weakspots.idealized.metrics import phase_report, specialization_index, supp
 from weakspots.idealized.xla import jit
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
+from weakspots.sims.progress import Progress
 from weakspots.sims.train import Hyper, _to_host, check_memory, failure, run_batch, shard_runs
 from weakspots.theory.reduced import mean_needle_probability
 
@@ -461,28 +462,6 @@ class SweepReport:
         return self.ran / self.seconds if self.seconds > 0 else math.inf
 
 
-class Progress:
-    """`sweep: done/total runs, runs/s, ETA` on stderr, at most once a second and at the end."""
-
-    def __init__(self, total: int, every_seconds: float = 1.0):
-        self.total, self.done, self.every = total, 0, every_seconds
-        self.start = self.last = time.perf_counter()
-
-    def __call__(self, ran: int) -> None:
-        self.done += ran
-        now = time.perf_counter()
-        if now - self.last < self.every and self.done < self.total:
-            return
-        self.last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        eta = (self.total - self.done) / rate if rate > 0 else math.inf
-        print(
-            f"sweep: {self.done}/{self.total} runs  {rate:.2f} runs/s  ETA {eta:.0f}s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 def run_sweep(
     runs: Sequence[Run],
     store_dir: str | Path,
@@ -491,7 +470,7 @@ def run_sweep(
     mesh: jax.sharding.Mesh | None = None,
     runs_per_device: int | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> SweepReport:
     """Execute `runs` into the store at `store_dir`, one bucket (compiled program) at a time.
 
@@ -501,7 +480,8 @@ def run_sweep(
         resume: skip runs already in the store (without it they are run and replaced).
         mesh: a 1-D device mesh (`run_mesh()`); `None` runs on the default device.
         runs_per_device: batch size per device; default from `memory_bytes` per device.
-        progress: called with the number of runs each finished batch wrote.
+        progress: a `sims.progress.Progress` in runs: planned here (runs already stored
+            count as done), updated as each batch finishes.
     Before any run starts, the store is checked to be writable (`store.prepare`) and one
     run of every training structure to fit in a device's memory (`train.check_memory`).
     A training run that diverges is stored with no metrics, `diverged = True` and its
@@ -526,10 +506,17 @@ def run_sweep(
     for run in todo:
         buckets.setdefault(run.bucket, []).append(run)
     writer = jax.process_index() == 0
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    if progress is not None:
+        progress.plan(len(runs), done=len(runs) - len(todo), warmups=len(buckets))
+    writers = f"weakspots-store-write-{next(_POOLS)}"  # names this pool's threads
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix=writers) as pool:
         writes: list[Future] = []
-        _execute(buckets, store_dir, mesh, devices, runs_per_device, memory_bytes,
-                 progress, writer, pool, writes)  # fmt: skip
+        try:
+            _execute(buckets, store_dir, mesh, devices, runs_per_device, memory_bytes,
+                     progress, writer, pool, writes)  # fmt: skip
+        except BaseException:  # Ctrl-C included: what was submitted is stored before it spreads
+            _finish_writes(pool, writers)
+            raise
         for write in writes:
             write.result()  # re-raise a failed write
     return SweepReport(
@@ -540,6 +527,22 @@ def run_sweep(
         buckets=len(buckets),
         devices=devices,
     )
+
+
+_POOLS = itertools.count()
+
+
+def _finish_writes(pool: ThreadPoolExecutor, writers: str) -> None:
+    """Wait until every write submitted to `pool` is done.
+
+    `pool.shutdown(wait=True)` is not enough after an interrupt: one that lands inside
+    `submit` can leave a started writer thread unrecorded by the pool, so the writer
+    threads are found by name (they exit once the queue is drained).
+    """
+    pool.shutdown(wait=False)
+    for thread in threading.enumerate():
+        if thread.name.startswith(writers + "_"):
+            thread.join()
 
 
 def _execute(
@@ -553,7 +556,7 @@ def _execute(
         sizes = batch_sizes(len(members), per_device, devices)
         padded = -(-max(sizes) // devices) * devices
         offset = 0
-        for size in sizes:
+        for index, size in enumerate(sizes):
             batch = members[offset : offset + size]
             offset += size
             t0 = time.perf_counter()
@@ -567,5 +570,5 @@ def _execute(
                     )
                     for run, (m, traj) in zip(batch, results, strict=True)
                 ]
-            if progress is not None:
-                progress(size)
+            if progress is not None:  # a bucket's first batch compiles its program
+                progress.update(size, warmup=index == 0)

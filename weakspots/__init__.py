@@ -37,6 +37,7 @@ _API = {
     "run_sweep": "weakspots.sims.sweep",
     "load": "weakspots.sims.store",
     "load_trajectory": "weakspots.sims.store",
+    "plot_store": "weakspots.figures.sweep_plot",
 }
 _PACKAGES = ("idealized", "theory", "sims", "figures")
 

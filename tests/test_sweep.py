@@ -146,3 +146,17 @@ def test_flow_sweep_equals_reduced_flow(tmp_path):
             trajectory["pooling_weights"], ref.pooling_weights[0], atol=1e-12
         )
         assert 0 < row["mean_accuracy"] < 1 and len(row["phase_accuracy"]) == 3
+
+
+def test_a_diverged_run_is_stored_with_no_metrics_and_its_reason(tmp_path):
+    blowing_up = {**TINY, "operator": "linear", "lr": 1e38, "gain": 1e30}
+    runs = sweep.parse_spec({"fixed": TINY}).runs() + sweep.parse_spec({"fixed": blowing_up}).runs()
+    report = sweep.run_sweep(runs, tmp_path)
+    assert report.ran == 2
+    table = store.load(tmp_path).set_index("operator")
+    diverged, fine = table.loc["linear"], table.loc["softmax_pool"]
+    assert diverged["diverged"] and diverged["failure"].startswith("training diverged: loss is")
+    for metric in ("mean_accuracy", "delta_max", "psc", "final_loss"):
+        assert np.isnan(diverged[metric]) and np.isfinite(fine[metric])
+    assert not fine["diverged"]
+    assert fine["failure"] is None or np.isnan(fine["failure"])

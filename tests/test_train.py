@@ -239,9 +239,7 @@ def test_memory_estimate_is_xlas_within_a_factor_of_two(config):
 def test_a_batch_too_large_for_memory_is_refused_before_compiling():
     config = SMALL.replace(chunks=10_000_000, dim=10_000, operator="max_pool")
     size = trainer._advance_many._cache_size()
-    message = (
-        r"^--eval-samples: training 1 run at once needs about .* lower --eval-samples"
-    )
+    message = r"^--eval-samples: training 1 run at once needs about .* lower --eval-samples"
     with pytest.raises(ConfigError, match=message):
         train(config)
     assert trainer._advance_many._cache_size() == size  # nothing compiled

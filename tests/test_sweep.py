@@ -149,12 +149,13 @@ def test_flow_sweep_equals_reduced_flow(tmp_path):
 
 
 def test_a_diverged_run_is_stored_with_no_metrics_and_its_reason(tmp_path):
-    blowing_up = {**TINY, "operator": "linear", "lr": 1e38, "gain": 1e30}
-    runs = sweep.parse_spec({"fixed": TINY}).runs() + sweep.parse_spec({"fixed": blowing_up}).runs()
+    # One structure (one compile): lr 1e38 blows the linear pooling weights up at once.
+    fixed = {**{k: v for k, v in TINY.items() if k != "lr"}, "operator": "linear"}
+    runs = sweep.parse_spec({"fixed": fixed, "grid": {"lr": [0.5, 1e38]}}).runs()
     report = sweep.run_sweep(runs, tmp_path)
-    assert report.ran == 2
-    table = store.load(tmp_path).set_index("operator")
-    diverged, fine = table.loc["linear"], table.loc["softmax_pool"]
+    assert (report.ran, report.buckets) == (2, 1)
+    table = store.load(tmp_path).set_index("lr")
+    diverged, fine = table.loc[1e38], table.loc[0.5]
     assert diverged["diverged"] and diverged["failure"].startswith("training diverged: loss is")
     for metric in ("mean_accuracy", "delta_max", "psc", "final_loss"):
         assert np.isnan(diverged[metric]) and np.isfinite(fine[metric])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 OPERATORS = ("softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4")
@@ -31,12 +32,23 @@ DISTRIBUTION_POOLING_OPERATORS = ("softmax_pool", "mean_pool", "low_rank", "deep
 HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
 
 
+# The largest float32: the trainer holds hyperparameters as float32 arrays.
+FLOAT32_MAX = 3.4028234663852886e38
+# The smallest normal float32: a positive hyperparameter below it rounds towards 0.
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
 class ConfigError(ValueError):
-    """An invalid config value; `flag` names the command-line flag it came from."""
+    """An invalid config value; `flag` names the command-line flag it came from.
+
+    `str(error)` is `"--flag: message"`; `message` alone is what is wrong (it quotes the
+    value given), for callers that name the field another way (a sweep spec's key).
+    """
 
     def __init__(self, field: str, message: str):
         self.field = field
         self.flag = "--" + field.replace("_", "-")
+        self.message = message
         super().__init__(f"{self.flag}: {message}")
 
 
@@ -57,6 +69,44 @@ def _nonnegative_finite(field: str, value) -> None:
 
 def _is_real(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _float32(field: str, value) -> None:
+    """A hyperparameter the trainer holds in float32: finite there, and a positive one not 0."""
+    if value > FLOAT32_MAX or 0 < value < FLOAT32_TINY:
+        raise ConfigError(
+            field,
+            f"must be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}"
+            if field in ("weight_decay", "init_scale")
+            else f"must be between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}",
+        )
+
+
+def _boolean(field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(field, f"must be true or false, got {value!r}")
+
+
+def _canonical_numbers(config, floats: tuple[str, ...], ints: tuple[str, ...] = ()) -> None:
+    """Give float fields float values (`16` -> `16.0`, `-0.0` -> `0.0`) and integer fields
+    plain ints (`numpy.int64(3)` -> `3`), before validation.
+
+    A config is hashed by its values' JSON (`sims.store.config_hash`), so one logical run
+    must have one spelling: an integer for a float field, or a negative zero, would store
+    it twice.
+    """
+    for name in floats:
+        value = getattr(config, name)
+        if _is_real(value):
+            try:
+                value = float(value) + 0.0
+            except OverflowError:  # an int past float's range
+                value = math.inf
+            object.__setattr__(config, name, value)
+    for name in ints:
+        value = getattr(config, name)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            object.__setattr__(config, name, int(value))
 
 
 def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
@@ -100,6 +150,11 @@ class ModelConfig:
     offset_ensemble: int = 1
 
     def __post_init__(self):
+        _canonical_numbers(
+            self,
+            ("phase_entropy",),
+            ("stride", "chunks", "dim", "heads", "rank", "rope_dim", "offset_ensemble"),
+        )
         _int_at_least("stride", self.stride, 1)
         _int_at_least("chunks", self.chunks, 2)
         _int_at_least("dim", self.dim, 1)
@@ -112,12 +167,11 @@ class ModelConfig:
             raise ConfigError(
                 "rope_dim", f"must be even and <= --dim ({self.dim}), got {self.rope_dim}"
             )
+        for flag in ("learn_gain", "learn_projections", "rope_anchor", "stagger", "overlap"):
+            _boolean(flag, getattr(self, flag))
         self._validate_chunking()
 
     def _validate_chunking(self) -> None:
-        for flag in ("rope_anchor", "stagger", "overlap"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(flag, f"must be true or false, got {getattr(self, flag)!r}")
         if self.rope_anchor and self.rope_dim == 0:
             raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
         _nonnegative_finite("phase_entropy", self.phase_entropy)
@@ -134,9 +188,14 @@ class ModelConfig:
                 f"must be <= --stride ({self.stride}), got {self.offset_ensemble}",
             )
         if self.operator == "deepseek_v4":
-            for flag in ("rope_anchor", "stagger", "overlap", "offset_ensemble"):
-                if getattr(self, flag) not in (False, 1):
+            for flag in ("rope_anchor", "stagger", "overlap"):
+                if getattr(self, flag):
                     raise ConfigError(flag, "does not apply to deepseek_v4 (it chunks itself)")
+            if self.offset_ensemble != 1:
+                raise ConfigError(
+                    "offset_ensemble",
+                    f"does not apply to deepseek_v4 (it chunks itself), got {self.offset_ensemble}",
+                )
 
     @property
     def slots(self) -> int:
@@ -166,6 +225,14 @@ class TrainConfig(ModelConfig):
     `init_scale` is the standard deviation of the initial pooling logits.
     `eval_every` steps between evaluations on a fixed held-out set of
     `eval_samples` needles per phase (drawn from `eval_seed`, shared by all runs).
+
+    Validation (a `ConfigError` naming the flag and the value): booleans must be `bool`;
+    integers given for float fields become floats, so one run has one hash; the float
+    hyperparameters must be representable in float32 (the trainer's dtype); and a flag set
+    away from its default where it changes nothing is refused with the reason (`rank`
+    without `low_rank`, `rope_dim` without `deepseek_v4` or `rope_anchor`, `stagger` with
+    one head, `overlap`/`stagger`/`phase_entropy` at stride 1, `phase_entropy` with
+    `mean_pool`, `weight_decay` with nothing learned to decay).
     """
 
     optimizer: str = "sgd"
@@ -181,6 +248,11 @@ class TrainConfig(ModelConfig):
     seed: int = 0
 
     def __post_init__(self):
+        _canonical_numbers(
+            self,
+            ("lr", "gain", "weight_decay", "init_scale"),
+            ("steps", "batch", "eval_every", "eval_samples", "eval_seed", "seed"),
+        )
         super().__post_init__()
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _int_at_least("steps", self.steps, 1)
@@ -192,7 +264,48 @@ class TrainConfig(ModelConfig):
         _positive_finite("gain", self.gain)
         _nonnegative_finite("weight_decay", self.weight_decay)
         _nonnegative_finite("init_scale", self.init_scale)
+        for name in ("lr", "gain", "weight_decay", "init_scale"):
+            _float32(name, getattr(self, name))
         _int_at_least("seed", self.seed, 0)
+        if self.seed >= 2**32:  # the trainer's seeds are uint32
+            raise ConfigError("seed", f"must be an integer < 2**32, got {self.seed}")
+        self._validate_applicable()
+
+    def _validate_applicable(self) -> None:
+        """Refuse a flag set away from its default where it changes nothing (one run, one hash)."""
+        if self.rank != ModelConfig.rank and self.operator != "low_rank":
+            raise ConfigError(
+                "rank",
+                f"applies only to --operator low_rank, not {self.operator} (got {self.rank})",
+            )
+        if self.rope_dim and self.operator != "deepseek_v4" and not self.rope_anchor:
+            raise ConfigError(
+                "rope_dim",
+                f"rotary channels apply only to --operator deepseek_v4 or with --rope-anchor; "
+                f"got {self.rope_dim} with --operator {self.operator}",
+            )
+        if self.stride == 1:
+            for flag in ("overlap", "stagger", "phase_entropy"):
+                if getattr(self, flag):
+                    raise ConfigError(
+                        flag, "needs --stride >= 2: with one token per chunk there is no phase"
+                    )
+        if self.stagger and self.heads == 1:
+            raise ConfigError(
+                "stagger", "shifts head h's chunk boundaries by h*s//H tokens: needs --heads >= 2"
+            )
+        if self.phase_entropy > 0 and self.operator == "mean_pool":
+            raise ConfigError(
+                "phase_entropy",
+                f"mean_pool's pooling weights are fixed, so the regulariser changes nothing "
+                f"(got {self.phase_entropy!r})",
+            )
+        if self.weight_decay and not (self.learn_gain or self.learn_projections):
+            raise ConfigError(
+                "weight_decay",
+                f"penalises a learned gain and projections: needs --learn-gain or "
+                f"--learn-projections (got {self.weight_decay!r})",
+            )
 
     @property
     def model(self) -> ModelConfig:

@@ -34,12 +34,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.config import FlowConfig, TrainConfig
+from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
 from weakspots.sims.progress import Progress
-from weakspots.sims.train import Hyper, run_batch
+from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
 
 __all__ = [
@@ -100,14 +100,28 @@ class SweepSpec:
     kind: str = "train"
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     grid: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+    source: str = dataclasses.field(default="spec", compare=False)
 
     def runs(self) -> list[Run]:
-        """Every run, in grid order (the last grid key varies fastest), duplicates dropped."""
+        """Every run, in grid order (the last grid key varies fastest), duplicates dropped.
+
+        Each run's config is validated as the command line's flags are (`TrainConfig`), and
+        canonical (`16` for a float field is `16.0`), so one logical run has one hash; an
+        invalid one raises SpecError naming the spec, the key and the value.
+        """
         cls = CONFIGS[self.kind]
         names = list(self.grid)
         runs, seen = [], set()
         for values in itertools.product(*(self.grid[n] for n in names)):
-            config = cls(**{**self.fixed, **dict(zip(names, values, strict=True))})
+            point = dict(zip(names, values, strict=True))
+            try:
+                config = cls(**{**self.fixed, **point})
+            except ConfigError as err:
+                where = "[grid]" if err.field in point else "[fixed]"
+                raise SpecError(
+                    f"{self.source}: {err.field} ({where}): {err.message}"
+                    + (f" (at grid point {point})" if point else "")
+                ) from None
             run = Run(self.kind, config)
             if run.hash not in seen:
                 seen.add(run.hash)
@@ -164,7 +178,7 @@ def parse_spec(data: Mapping[str, Any], source: str = "spec") -> SweepSpec:
     both = sorted(set(tables["fixed"]) & set(tables["grid"]))
     if both:
         raise SpecError(f"{source}: key {both[0]!r} is in both [fixed] and [grid]")
-    return SweepSpec(kind, tables["fixed"], tables["grid"])
+    return SweepSpec(kind, tables["fixed"], tables["grid"], source)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -174,6 +188,8 @@ def load_spec(path: str | Path) -> SweepSpec:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{path}: not valid TOML ({err})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not valid TOML (not UTF-8 text)") from None
     except OSError as err:
         raise SpecError(f"{path}: cannot read ({err.strerror})") from None
     return parse_spec(data, str(path))
@@ -236,6 +252,16 @@ def _train_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dic
     weights = history.pooling_weights
     out = []
     for r, config in enumerate(configs):
+        trajectory = {
+            name: getattr(history, name)[r]
+            for name in ("times", "steps", "pooling_weights", "gain", "loss", "phase_accuracy")
+            if getattr(history, name) is not None
+        }
+        trajectory["step_loss"] = step_loss[r]
+        reason = failure(step_loss[r], history.gain[r], history.steps[r])
+        if reason is not None:  # no metric: a failed run's numbers are not results
+            out.append(({"diverged": True, "failure": f"training diverged: {reason}"}, trajectory))
+            continue
         report = phase_report(history.phase_accuracy[r, -1], config.eval_samples)
         w = None if weights is None else weights[r, -1]
         metrics = {
@@ -244,18 +270,12 @@ def _train_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dic
             "psc": report["psc"],
             "psc_std": report["psc_std"],
             "final_loss": float(history.loss[r, -1]),
-            "diverged": not bool(np.all(np.isfinite(step_loss[r]))),
+            "diverged": False,
             "phase_accuracy": report["phase_accuracy"],
             "final_gain": history.gain[r, -1].tolist(),
             "support_size": None if w is None else support_size(w).tolist(),
             "specialization_index": None if w is None else specialization_index(w).tolist(),
         }
-        trajectory = {
-            name: getattr(history, name)[r]
-            for name in ("times", "steps", "pooling_weights", "gain", "loss", "phase_accuracy")
-            if getattr(history, name) is not None
-        }
-        trajectory["step_loss"] = step_loss[r]
         out.append((metrics, trajectory))
     return out
 
@@ -333,10 +353,19 @@ def run_sweep(
         runs_per_device: batch size per device; default from `memory_bytes` per device.
         progress: a `sims.progress.Progress` in runs: planned here (runs already stored
             count as done), updated as each batch finishes.
+    Before any run starts, the store is checked to be writable (`store.prepare`) and one
+    run of every training structure to fit in a device's memory (`train.check_memory`).
+    A training run that diverges is stored with no metrics, `diverged = True` and its
+    reason in `failure`, rather than stopping the sweep.
     Under several processes (`jax.distributed`) every process runs the same batches
     and process 0 writes.
     """
     start = time.perf_counter()
+    if jax.process_index() == 0:
+        store.prepare(store_dir)  # a store that cannot be written fails now, not after training
+    devices = 1 if mesh is None else mesh.size
+    for run in {r.bucket: r for r in runs if r.kind == "train"}.values():
+        check_memory(run.config, 1)  # one run of every structure must fit, before any trains
     done = store.completed_hashes(store_dir) if resume else set()
     todo = [r for r in runs if r.hash not in done]
     if jax.process_count() > 1:
@@ -347,7 +376,6 @@ def run_sweep(
     buckets: dict[Any, list[Run]] = {}
     for run in todo:
         buckets.setdefault(run.bucket, []).append(run)
-    devices = 1 if mesh is None else mesh.size
     writer = jax.process_index() == 0
     if progress is not None:
         progress.plan(len(runs), done=len(runs) - len(todo), warmups=len(buckets))

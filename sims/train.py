@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.config import HYPER_FIELDS, TrainConfig
+from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,
     correct,
@@ -42,7 +42,8 @@ EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are draw
 
 
 class TrainingDiverged(RuntimeError):
-    """A run's loss became non-finite; the message names the run and the step."""
+    """A run's loss became non-finite, or its learned gain left `(0, inf)`; the message
+    names the run and the step."""
 
 
 class Hyper(eqx.Module):
@@ -276,6 +277,113 @@ def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_ou
     return states, losses, record
 
 
+BYTES = 4  # float32
+# Copies of a step's drawn needles alive at once (the draw, its scaled keys, and the
+# backward pass's temporaries), and of an evaluation's: fitted to XLA's own memory
+# analysis of the compiled programs (tests/test_train.py checks the estimate against it).
+STEP_COPIES = 3
+EVAL_COPIES = 3
+
+
+def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
+    """Bytes `run_batch` needs to train `runs` runs of `config` on one device: an estimate
+    from the shapes alone, made before anything compiles.
+
+    A step holds each run's drawn needles (`batch` x N x slots, times d for real keys) and
+    each head's logits, compressed keys or per-token maps; an evaluation holds the shared
+    held-out set (inner products) or a slice of redrawn keys per run. The two do not
+    overlap in time, so the larger counts. Returns the bytes and the flag that sizes most
+    of them (`batch` or `eval_samples`).
+    """
+    m = config.model
+    per_token = m.operator in ("max_pool", "deepseek_v4")  # a map of every token, per head
+    if m.uses_gram:
+        per_needle = config.chunks * (m.slots + config.heads)
+    else:
+        head = config.chunks * config.dim * (m.slots * (1 + per_token) if per_token else 1)
+        per_needle = config.chunks * m.slots * config.dim + config.heads * head
+    step = STEP_COPIES * config.batch * per_needle * runs
+    if m.uses_gram:  # one phase of the shared held-out set at a time, logits for every run
+        shared = config.stride * config.eval_samples * config.chunks * m.slots
+        evaluation = EVAL_COPIES * config.eval_samples * config.chunks * config.heads
+        evaluation = evaluation * m.offset_ensemble * runs
+    else:  # real keys are drawn again in slices of at most EVAL_SUBBATCH_KEYS needles
+        shared = 0
+        needles = math.gcd(config.eval_samples, EVAL_SUBBATCH_KEYS) * m.offset_ensemble
+        evaluation = EVAL_COPIES * needles * per_needle * runs
+    flag = "batch" if step >= evaluation + shared else "eval_samples"
+    return BYTES * (max(step, evaluation) + shared), flag
+
+
+def device_memory(device: jax.Device | None = None) -> int | None:
+    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU."""
+    device = device or jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends do not report memory
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if device.platform == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                info = dict(line.split(":", 1) for line in f)
+            return int(info["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            return None
+    return None
+
+
+def check_memory(config: TrainConfig, runs: int, devices: int = 1) -> None:
+    """Raise ConfigError (naming the flag to lower) if `runs` runs cannot fit in memory.
+
+    Runs are split evenly over `devices` devices; the check uses `memory_needed` against
+    `device_memory()` and does nothing where the device does not report its memory.
+    """
+    per_device = -(-runs // devices)
+    need, flag = memory_needed(config, per_device)
+    have = device_memory()
+    if have is not None and need > have:
+        runs_text = f"{per_device} run{'s' if per_device > 1 else ''}"
+        sizes = ["batch", "chunks", "eval_samples"] + ([] if config.model.uses_gram else ["dim"])
+        given = ", ".join(f"--{k.replace('_', '-')} {getattr(config, k)}" for k in sizes)
+        lower = [flag, "chunks"] + ([] if config.model.uses_gram else ["dim"])
+        raise ConfigError(
+            flag,
+            f"training {runs_text} at once needs about {_size(need)} of memory ({given}), "
+            f"more than the {_size(have)} the device has; lower "
+            + " or ".join(f"--{k.replace('_', '-')}" for k in lower)
+            + (", or train fewer runs at once" if per_device > 1 else ""),
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def failure(step_loss: np.ndarray, gain: np.ndarray, steps: np.ndarray) -> str | None:
+    """Why one run's numbers are not a result, or None if they are.
+
+    `step_loss` `(steps,)`, `gain` `(T, H)` and `steps` `(T,)` are the run's history. A
+    run fails when its training loss is not finite, or when its gain (learned) leaves
+    `(0, inf)`: at 0 every logit is 0, so retrieval is at chance whatever was learned.
+    """
+    bad = ~np.isfinite(step_loss)
+    if bad.any():
+        return f"loss is not finite at step {int(np.argmax(bad)) + 1}"
+    gain = np.asarray(gain)
+    out = ~(np.isfinite(gain) & (gain > 0)).all(axis=-1)
+    if out.any():
+        t = int(np.argmax(out))
+        value = gain[t][~(np.isfinite(gain[t]) & (gain[t] > 0))][0]
+        return f"the learned gain reached {float(value):g} by step {int(steps[t])}"
+    return None
+
+
 def run_batch(
     config: TrainConfig,
     hyper: Hyper,
@@ -288,7 +396,9 @@ def run_batch(
 
     Returns the stacked history `(R, T, ...)`, the stacked final models, and the per-step
     training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first evaluation
-    block in which some run's loss is not finite, naming the run and the step.
+    block in which some run's loss is not finite or its learned gain left `(0, inf)`
+    (`failure`), naming the run and the step. Before compiling, raises ConfigError if the
+    batch would not fit in the device's memory (`check_memory`).
 
     With a `mesh`, the run axis is split over the mesh's first axis (`shard_runs`: padded
     to a multiple of its size, padding dropped from the results), so the jitted, vmapped
@@ -299,8 +409,9 @@ def run_batch(
     as the compile's.
     """
     config = config.static
-    held_out = _shared_held_out(config) if config.model.uses_gram else None
     runs, unsharded = hyper.seed.shape[0], hyper
+    check_memory(config, runs, 1 if mesh is None else mesh.size)
+    held_out = _shared_held_out(config) if config.model.uses_gram else None
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)
         held_out = None if held_out is None else replicate(held_out, mesh)
@@ -311,6 +422,8 @@ def run_batch(
         go = jnp.asarray(block < blocks)
         states, losses, record = _advance_many(config, states, hyper, held_out, go)
         records.append(record)
+        if stop_on_divergence and config.learn_gain:
+            _raise_if_gain_left(_to_host(record["gain"])[:runs], unsharded, block, config)
         if block == blocks:  # the final state's record: its steps were all past the end
             break
         losses = _to_host(losses)[:runs]
@@ -369,6 +482,18 @@ def _to_host(x) -> np.ndarray:
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
     return np.asarray(x)
+
+
+def _raise_if_gain_left(gains: np.ndarray, hyper: Hyper, block: int, config) -> None:
+    step = min(block * config.eval_every, config.steps)
+    for run in range(gains.shape[0]):
+        reason = failure(np.zeros(0), gains[run][None], np.asarray([step]))
+        if reason is not None:
+            seed = int(np.asarray(hyper.seed)[run])
+            raise TrainingDiverged(
+                f"training diverged: {reason} (run {run}, seed {seed}, "
+                f"lr {float(np.asarray(hyper.lr)[run]):g}); try a smaller --lr or --weight-decay"
+            )
 
 
 def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> None:

@@ -135,6 +135,11 @@ def test_flow_help_gives_every_flag_a_default():
         ("predict", ["--dim", "0"], "--dim"),
         ("predict", ["--init-scale", "0"], "--init-scale"),
         ("predict", ["--samples", "0"], "--samples"),
+        ("predict", ["--gain", "1e300"], "--gain"),  # raised OverflowError
+        ("predict", ["--gain", "6000"], "--gain"),  # exp(gain/stride) overflows
+        ("predict", ["--chunks", "10000000000"], "--chunks 10000000000"),  # ran past 90 s
+        ("predict", ["--gain", "0.1"], "--gain 0.1"),  # growth rate 6e-7: days of flow
+        ("predict", ["--gain", "1e-30", "--dim", "16"], "--gain 1e-30"),  # raised OverflowError
         ("flow", ["--gain", "-3"], "--gain"),
         ("flow", ["--heads", "0"], "--heads"),
         ("flow", ["--t1", "0"], "--t1"),

@@ -9,6 +9,7 @@ compilation cache so that only the first compiles.
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,3 +241,69 @@ def test_resume_progress_counts_stored_runs(tmp_path, monkeypatch):
     assert lines[-1].startswith(f"sweep: {RUNS}/{RUNS} runs (100%)") and lines[-1].endswith("done")
     # two buckets (operators): each one's first batch is the compile, left out of the rate
     assert progress._warm_count == 2 and progress._clean_units == RUNS // 2 - 2
+
+
+def test_a_damaged_table_and_trajectory_cost_one_rerun_and_lose_nothing(setup, tmp_path):
+    # The reference store, compacted, then its table overwritten (21 bytes in the middle) and
+    # one run's trajectory truncated: --resume reruns that run alone; nothing is lost.
+    root, spec, env, reference = setup
+    damaged = tmp_path / "damaged"
+    shutil.copytree(root / "reference", damaged)
+    store.compact(damaged)
+    table = damaged / "table.parquet"
+    data = table.read_bytes()
+    middle = len(data) // 2
+    table.write_bytes(data[:middle] + bytes(b ^ 0x5A for b in data[middle : middle + 21])
+                      + data[middle + 21 :])  # fmt: skip
+    victim = sorted(reference["hash"])[2]
+    trajectory = damaged / "traj" / f"{victim}.npz"
+    trajectory.write_bytes(trajectory.read_bytes()[:200])
+
+    done = sweep(spec, damaged, "--resume", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{RUNS - 1} already stored" in done.stderr  # only the damaged trajectory reran
+    with pytest.warns(store.DamagedResultWarning, match="table.parquet.*bypassed"):
+        found = list(store.load(damaged)["hash"])
+    expected = set(reference["hash"])
+    counts = {"expected": len(expected), "found": len(set(found) & expected),
+              "duplicated": len(found) - len(set(found)), "lost": len(expected - set(found))}  # fmt: skip
+    assert counts == {"expected": RUNS, "found": RUNS, "duplicated": 0, "lost": 0}
+    assert store.completed_hashes(damaged) == expected
+    assert store.load_trajectory(damaged, victim)["step_loss"].shape == (20,)
+    with pytest.warns(store.DamagedResultWarning, match="table.parquet.*bypassed"):
+        store.compact(damaged)  # rebuilt: read without a warning now
+    pd.testing.assert_frame_equal(_table(damaged), reference)
+
+
+@pytest.mark.parametrize(
+    ("case", "flag"),
+    [
+        ("binary spec", "not valid TOML"),
+        ("--memory-gb nan", "--memory-gb"),
+        ("store is a file", "--store"),
+        ("store below a file", "--store"),
+        ("learn_gain = 1", "learn_gain"),
+    ],
+)
+def test_bad_sweep_input_exits_2_with_one_line_before_any_run(case, flag, tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    target = tmp_path / "store"
+    extra = []
+    if case == "binary spec":
+        spec.write_bytes(bytes(range(256)) * 4)
+    elif case == "--memory-gb nan":
+        extra = ["--memory-gb", "nan"]
+    elif case == "store is a file":
+        target.write_text("a file")
+    elif case == "store below a file":
+        (tmp_path / "file").write_text("a file")
+        target = tmp_path / "file" / "store"
+    else:
+        spec.write_text(SPEC.replace("[grid]", "learn_gain = 1\n[grid]"))
+    code = main(["sweep", str(spec), "--store", str(target), "--quiet", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and flag in err[0], err
+    assert not (tmp_path / "store" / "runs").is_dir() or not list(
+        (tmp_path / "store" / "runs").iterdir()
+    )  # nothing trained

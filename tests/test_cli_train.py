@@ -77,6 +77,18 @@ def test_table_by_default(capsys):
         (["--gain", "inf"], "--gain"),
         (["--seeds", "0"], "--seeds"),
         (["--stride", "x"], "--stride"),
+        (["--operator", "deepseek_v4", "--overlap"], "--overlap: does not apply to deepseek_v4"),
+        (["--operator", "deepseek_v4", "--stagger"], "--stagger: does not apply to deepseek_v4"),
+        (["--operator", "deepseek_v4", "--rope-anchor", "--rope-dim", "8"], "--rope-anchor: does"),
+        (["--rank", "2"], "--rank: applies only to --operator low_rank"),
+        (["--rope-dim", "8"], "--rope-dim: rotary channels apply only"),
+        (["--overlap", "--stride", "1"], "--overlap: needs --stride >= 2"),
+        (["--stagger"], "--stagger: shifts head h"),
+        (["--phase-entropy", "0.1", "--operator", "mean_pool"], "--phase-entropy: mean_pool"),
+        (["--weight-decay", "0.1"], "--weight-decay: penalises a learned gain"),
+        (["--lr", "1e39"], "--lr: must be between"),
+        (["--seed", "4294967296"], "--seed: must be an integer < 2**32"),
+        (["--chunks", "10000000", "--dim", "10000"], "--eval-samples: training 1 run at once"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(flags, flag, capsys):
@@ -87,6 +99,17 @@ def test_bad_input_exits_2_with_one_line(flags, flag, capsys):
     assert code == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0]
+
+
+def test_a_failed_computation_exits_1_with_one_line(capsys):
+    # Diverges at its first step: the error is named, and nothing looks like a result.
+    flags = [*TINY, "--operator", "linear", "--lr", "1e38", "--gain", "1e30", "--quiet"]
+    assert main(["train", *flags]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("weakspots train: error: TrainingDiverged: training diverged")
 
 
 def test_bad_input_from_the_shell_has_no_traceback():

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
+from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.sims import store, sweep
 from weakspots.sims.flow import solve
 from weakspots.sims.train import train
@@ -37,8 +37,43 @@ def test_unknown_key_is_named_with_the_valid_ones():
         sweep.parse_spec({"stride": 4})
     with pytest.raises(sweep.SpecError, match="non-empty list"):
         sweep.parse_spec({"grid": {"seed": 3}})
-    with pytest.raises(ConfigError, match="--stride"):
+    with pytest.raises(sweep.SpecError, match=r"^spec: stride \(\[grid\]\): .*got 0"):
         sweep.parse_spec({"grid": {"stride": [0]}}).runs()
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"fixed": {"learn_gain": 1}}, r"learn_gain \(\[fixed\]\): must be true or false, got 1"),
+        ({"grid": {"learn_projections": ["yes"]}}, "learn_projections.*true or false, got 'yes'"),
+        ({"fixed": {"rank": 8}}, "rank.*applies only to --operator low_rank.*got 8"),
+        ({"grid": {"operator": ["deepseek_v4"], "overlap": [True]}}, "overlap.*deepseek_v4"),
+        ({"fixed": {"lr": 1e39}}, r"lr.*float32.*got 1e\+39"),
+        ({"fixed": {"gain": float("nan")}}, "gain.*got nan"),
+    ],
+)
+def test_spec_values_are_validated_as_the_flags_are(table, message):
+    with pytest.raises(sweep.SpecError, match=message):
+        sweep.parse_spec(table, "s.toml").runs()
+
+
+def test_one_logical_run_has_one_hash():
+    # Integers for float fields, negative zeros and the command line's floats all spell one
+    # config: one hash, so a run is stored once.
+    spellings = [
+        {"gain": 16, "weight_decay": 0, "learn_gain": True},
+        {"gain": 16.0, "weight_decay": -0.0, "learn_gain": True},
+    ]
+    hashes = {sweep.parse_spec({"fixed": f}).runs()[0].hash for f in spellings}
+    from_flags = sweep.Run("train", TrainConfig(gain=float("16"), learn_gain=True))
+    assert hashes == {from_flags.hash}
+
+
+def test_a_binary_spec_is_named_not_valid_toml(tmp_path):
+    spec = tmp_path / "spec.toml"
+    spec.write_bytes(bytes(range(256)))
+    with pytest.raises(sweep.SpecError, match="not valid TOML"):
+        sweep.load_spec(spec)
 
 
 def test_flow_spec_accepts_flow_keys_and_dashes():
@@ -116,3 +151,18 @@ def test_a_failed_flow_is_stored_with_a_reason_and_no_metrics(tmp_path):
     assert "--max-steps 64" in row["failure"]
     assert "final_loss" not in row or np.isnan(row["final_loss"])
     assert runs[0].hash in store.completed_hashes(tmp_path)  # deterministic: not rerun
+
+
+def test_a_diverged_run_is_stored_with_no_metrics_and_its_reason(tmp_path):
+    # One structure (one compile): lr 1e38 blows the linear pooling weights up at once.
+    fixed = {**{k: v for k, v in TINY.items() if k != "lr"}, "operator": "linear"}
+    runs = sweep.parse_spec({"fixed": fixed, "grid": {"lr": [0.5, 1e38]}}).runs()
+    report = sweep.run_sweep(runs, tmp_path)
+    assert (report.ran, report.buckets) == (2, 1)
+    table = store.load(tmp_path).set_index("lr")
+    diverged, fine = table.loc[1e38], table.loc[0.5]
+    assert diverged["diverged"] and diverged["failure"].startswith("training diverged: loss is")
+    for metric in ("mean_accuracy", "delta_max", "psc", "final_loss"):
+        assert np.isnan(diverged[metric]) and np.isfinite(fine[metric])
+    assert not fine["diverged"]
+    assert fine["failure"] is None or np.isnan(fine["failure"])

@@ -3,7 +3,9 @@
 Every verb module defines `register(subparsers)` (adding its parser, with `run` as the
 `handler` default) and reads its flags through `sims.cli.common`, so the verbs share
 flag names and output conventions: a readable table by default, `--json` for
-machines, exit code 2 with one line naming the flag for bad input.
+machines, exit code 2 with one line naming the flag for bad input, exit code 1 with one
+line naming the error for a failed computation (a diverged run, a failed solve, a
+damaged store, memory exhausted).
 """
 
 from __future__ import annotations
@@ -58,8 +60,32 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return int(args.handler(args) or 0)
         except (ConfigError, UsageError) as error:
-            print(f"weakspots {args.verb}: error: {error}", file=sys.stderr)
+            print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
             return 2
+        except Exception as error:
+            if not failed_computation(error):
+                raise  # a bug: its traceback is the report
+            print(f"{prog}: error: {type(error).__name__}: {_one_line(error)}", file=sys.stderr)
+            return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def failed_computation(error: BaseException) -> bool:
+    """Whether `error` reports a computation that failed rather than a bug.
+
+    Those are the RuntimeErrors weakspots raises for a failed computation
+    (`TrainingDiverged`, a flow's failed solve, `StoreError`), arithmetic that overflowed,
+    and memory exhausted (the host's, or a device's as XLA reports it).
+    """
+    if isinstance(error, MemoryError | OverflowError | FloatingPointError):
+        return True
+    if isinstance(error, RuntimeError) and type(error).__module__.startswith("weakspots."):
+        return True
+    return isinstance(error, RuntimeError) and "RESOURCE_EXHAUSTED" in str(error)
+
+
+def _one_line(error: BaseException, limit: int = 400) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

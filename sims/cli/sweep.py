@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from . import common
@@ -82,11 +83,13 @@ def parse_slice(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     index, count = parse_slice(args.slice)
     if args.runs_per_device is not None and args.runs_per_device < 1:
-        raise common.UsageError("--runs-per-device: must be an integer >= 1")
-    if args.memory_gb <= 0:
-        raise common.UsageError("--memory-gb: must be > 0")
+        raise common.UsageError(
+            f"--runs-per-device: must be an integer >= 1, got {args.runs_per_device}"
+        )
+    if not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
+        raise common.UsageError(f"--memory-gb: must be a finite number > 0, got {args.memory_gb}")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
-    from weakspots.sims import sweep
+    from weakspots.sims import store, sweep
 
     try:
         runs = sweep.select_slice(sweep.load_spec(args.spec).runs(), index, count)
@@ -95,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(dry_run_report(runs, args.store if args.resume else None))
         return 0
+    try:
+        store.prepare(args.store)  # before anything trains
+    except store.StoreError as err:
+        raise common.UsageError(f"--store: {err}") from None
     import jax
 
     from weakspots.sims.progress import Progress

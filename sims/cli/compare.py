@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from weakspots.idealized.config import OPERATORS
-from weakspots.sims.analysis import MITIGATIONS, compare_mitigations, compare_operators
+from weakspots.sims.interventions import MITIGATIONS, compare_mitigations, compare_operators
 from weakspots.sims.train import stderr_progress
 
 from . import common

@@ -1,0 +1,91 @@
+"""The threshold N_c: where uniform pooling turns unstable, found by bisecting the flow in N."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+
+from weakspots import theory
+from weakspots.sims.check import STRIDE, log_weights_centred
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.flow import reduced_flow
+
+GAINS = (12.0, 16.0, 20.0, 24.0)
+SEARCHED = (2.0, 1024.0)  # the N bisected (geometrically); both ends must disagree
+# 14 halvings leave a bracket 2e-4 wide (relative), where the rate is still far from 0 at
+# the solve's accuracy and at the start's nonlinear terms, of relative size START.
+HALVINGS = 14
+START = 1e-6  # near-uniform starts, so the flow is linear for a long time
+T_END = 200.0
+
+
+def grows(chunks, gains) -> np.ndarray:
+    """Whether near-uniform pooling moves away from uniform in the reduced flow, per (N, gain).
+
+    One head: every zero-sum direction grows (or decays) at one rate about uniform
+    pooling, so the spread |log alpha - mean log alpha| at T_END exceeds the start's
+    exactly when uniform pooling is unstable, up to the solve's error (rtol 1e-10).
+    """
+    hist = reduced_flow(
+        key=jax.random.split(jax.random.PRNGKey(4), len(gains)),
+        stride=STRIDE,
+        chunks=np.asarray(chunks, float),
+        gain=np.asarray(gains, float),
+        init_scale=START,
+        ts=np.array([0.0, T_END]),
+        rtol=1e-10,
+        atol=1e-20,
+        event_level=None,
+    )
+    spread = np.linalg.norm(log_weights_centred(hist.pooling_weights), axis=(-2, -1))
+    return spread[:, -1] > spread[:, 0]
+
+
+def run(budget: Budget) -> dict:
+    """Bisect N (geometrically) between the SEARCHED ends for each gain, HALVINGS times.
+
+    Returns per gain the final bracket [low, high] (uniform stable at low, unstable at
+    high) and whether the ends bracketed a change at all.
+    """
+    del budget
+    gains = np.asarray(GAINS)
+    low, high = np.full(len(GAINS), SEARCHED[0]), np.full(len(GAINS), SEARCHED[1])
+    bracketed = ~grows(low, gains) & grows(high, gains)
+    for _ in range(HALVINGS):
+        middle = np.sqrt(low * high)
+        up = grows(middle, gains)
+        low, high = np.where(up, low, middle), np.where(up, middle, high)
+    return {"gains": GAINS, "low": low, "high": high, "bracketed": bracketed}
+
+
+def predict(budget: Budget, results: dict) -> dict:
+    """N_c = 1 + 2 exp(gain/stride) (theory.critical_chunks, THEORY 6.3), per gain."""
+    del budget
+    return {"critical_chunks": [float(theory.critical_chunks(g, STRIDE)) for g in results["gains"]]}
+
+
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """N_c (a prediction) against the bisected bracket's midpoint, within its half-width."""
+    out = []
+    for i, gain in enumerate(results["gains"]):
+        low, high = results["low"][i], results["high"][i]
+        n_c = predictions["critical_chunks"][i]
+        found = results["bracketed"][i]
+        out.append(
+            Row(
+                "threshold N_c (flow bisected in N: uniform below, breaks above)",
+                f"s={STRIDE} gain={gain:g}: bracket [{low:.7g}, {high:.7g}] after {HALVINGS} "
+                f"halvings of N in {list(SEARCHED)}"
+                + ("" if found else "; the ends do not bracket a change"),
+                kind="prediction",
+                predicted=n_c,
+                ode=0.5 * (low + high) if found else math.nan,
+                tolerance=0.5 * (high - low) / n_c,  # the bracket's resolution
+            )
+        )
+    return out
+
+
+EXPERIMENT = Experiment("threshold", run, predict, rows)

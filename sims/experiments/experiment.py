@@ -148,6 +148,13 @@ def no_sgd_runs(budget: Budget) -> tuple[TrainConfig, ...]:
     return ()
 
 
+def no_difference(budget: Budget, results: dict) -> dict:
+    """`Experiment.predict` of a consistency check whose two computations should agree:
+    their largest difference (results["max_difference"]) is predicted to be 0."""
+    del budget, results
+    return {"max_difference": 0.0}
+
+
 def drawn_in_figures(results: dict, predictions: dict):
     """`Experiment.figure` of an experiment that `figures/<name>.py` draws.
 

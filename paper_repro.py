@@ -258,8 +258,9 @@ class Progress:
     the first steps pay for the later ones) left out where jax reports it.
     """
 
-    def __init__(self, total: int):
-        self.total, self.done, self.start = total, 0, time.perf_counter()
+    def __init__(self, total: int, clock=time.perf_counter):
+        self.total, self.done, self.clock = total, 0, clock
+        self.start = clock()
         self.compile_seconds: dict[int, float] = {}
         self.bar = tqdm(
             total=total,
@@ -273,7 +274,7 @@ class Progress:
     def eta(self) -> float | None:
         if not self.done or self.done >= self.total:
             return None
-        elapsed = time.perf_counter() - self.start
+        elapsed = self.clock() - self.start
         compiling = max(self.compile_seconds.values(), default=0.0)
         return max(elapsed - compiling, 0.0) / self.done * (self.total - self.done)
 

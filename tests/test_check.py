@@ -83,11 +83,11 @@ def test_threshold_row_fails_when_the_bisection_has_no_bracket():
     # the row must fail, not vanish, whatever the prediction.
     results = {"gains": [16.0], "low": [2.0], "high": [1024.0], "bracketed": [False]}
     (row,) = threshold.rows(results, {"critical_chunks": [15.78]})
-    assert not row.passed and "do not bracket" in row.config
+    assert not row.passed and "no change between the ends" in row.config
     results["bracketed"] = [True]
-    results["low"], results["high"] = [15.7], [15.8]
+    results["low"], results["high"] = [15], [16]
     assert threshold.rows(results, {"critical_chunks": [15.78]})[0].passed
-    assert not threshold.rows(results, {"critical_chunks": [15.9]})[0].passed
+    assert not threshold.rows(results, {"critical_chunks": [16.1]})[0].passed
 
 
 def test_phase_diagram_rows_fail_without_an_sgd_bracket():
@@ -131,3 +131,13 @@ def test_quick_table_end_to_end(capsys):
     assert not failed, failed
     assert {r["experiment"] for r in rows} == {e.name for e in EXPERIMENTS if e.figure is None}
     assert np.isfinite([r["rel_error"] for r in rows]).all()
+
+
+@pytest.mark.slow
+def test_threshold_bisection_finds_the_integer_pair_around_n_c():
+    results, predictions, rows = evaluate(threshold.EXPERIMENT, BUDGETS["quick"])
+    assert all(results["bracketed"]) and all(r.passed for r in rows)
+    for low, high, n_c in zip(
+        results["low"], results["high"], predictions["critical_chunks"], strict=True
+    ):
+        assert high == low + 1 and low < n_c < high

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
@@ -95,6 +96,22 @@ def test_two_jobs_give_the_serial_run_numbers(tmp_path):
         (r["experiment"] for r in both[2]), key=order.index
     )
     assert both[2] == both[1]
+
+
+def test_progress_counts_steps_and_leaves_compilation_out_of_the_eta(capsys):
+    repro = _paper_repro()
+    now = [0.0]
+    progress = repro.Progress(4, clock=lambda: now[0])
+    now[0] = 100.0  # one step took 100 s, 60 of them compiling (in the slower process)
+    progress.heard({"done": 1, "compile_seconds": 60.0}, job=0)
+    progress.heard({"compile_seconds": 20.0}, job=1)
+    assert progress.eta() == pytest.approx((100.0 - 60.0) * 3)
+    progress.heard({"message": "weak_spots: 40 s"})
+    assert "(1/4, ETA 2:00) weak_spots: 40 s" in capsys.readouterr().err
+    for _ in range(3):
+        progress.heard({"done": 1})
+    assert progress.done == 4 and progress.eta() is None
+    progress.close()
 
 
 def test_job_groups_keep_experiments_that_mostly_share_runs_together():

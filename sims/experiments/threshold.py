@@ -13,11 +13,8 @@ from weakspots.sims.experiments.experiment import Budget, Experiment, Row
 from weakspots.sims.flow import reduced_flow
 
 GAINS = (12.0, 16.0, 20.0, 24.0)
-SEARCHED = (2.0, 1024.0)  # the N bisected (geometrically); both ends must disagree
-# 14 halvings leave a bracket 2e-4 wide (relative), where the rate is still far from 0 at
-# the solve's accuracy and at the start's nonlinear terms, of relative size START.
-HALVINGS = 14
-START = 1e-6  # near-uniform starts, so the flow is linear for a long time
+SEARCHED = (2, 1024)  # the chunk counts bisected; the two ends must disagree
+START = 1e-6  # near-uniform starts, so the flow stays linear for a long time
 T_END = 200.0
 
 
@@ -26,7 +23,8 @@ def grows(chunks, gains) -> np.ndarray:
 
     One head: every zero-sum direction grows (or decays) at one rate about uniform
     pooling, so the spread |log alpha - mean log alpha| at T_END exceeds the start's
-    exactly when uniform pooling is unstable, up to the solve's error (rtol 1e-10).
+    exactly when uniform pooling is unstable, up to the solve's error (rtol 1e-10) and
+    the start's nonlinear terms (relative size START).
     """
     hist = reduced_flow(
         key=jax.random.split(jax.random.PRNGKey(4), len(gains)),
@@ -44,19 +42,21 @@ def grows(chunks, gains) -> np.ndarray:
 
 
 def run(budget: Budget) -> dict:
-    """Bisect N (geometrically) between the SEARCHED ends for each gain, HALVINGS times.
+    """Bisect the chunk count N between the SEARCHED ends for each gain, down to N, N + 1.
 
-    Returns per gain the final bracket [low, high] (uniform stable at low, unstable at
-    high) and whether the ends bracketed a change at all.
+    Returns per gain the last N at which uniform pooling is stable (`low`), the first at
+    which it is not (`high`), and whether the ends disagreed at all (`bracketed`).
     """
     del budget
     gains = np.asarray(GAINS)
     low, high = np.full(len(GAINS), SEARCHED[0]), np.full(len(GAINS), SEARCHED[1])
     bracketed = ~grows(low, gains) & grows(high, gains)
-    for _ in range(HALVINGS):
-        middle = np.sqrt(low * high)
+    while np.any(bracketed & (high - low > 1)):
+        open_ = bracketed & (high - low > 1)
+        middle = np.where(open_, (low + high) // 2, low)
         up = grows(middle, gains)
-        low, high = np.where(up, low, middle), np.where(up, middle, high)
+        low = np.where(open_ & ~up, middle, low)
+        high = np.where(open_ & up, middle, high)
     return {"gains": GAINS, "low": low, "high": high, "bracketed": bracketed}
 
 
@@ -67,22 +67,25 @@ def predict(budget: Budget, results: dict) -> dict:
 
 
 def rows(results: dict, predictions: dict) -> list[Row]:
-    """N_c (a prediction) against the bisected bracket's midpoint, within its half-width."""
+    """N_c (a prediction) against the bisected pair's midpoint: it passes when N_c lies
+    between the last stable and the first unstable chunk count (N is an integer)."""
     out = []
     for i, gain in enumerate(results["gains"]):
         low, high = results["low"][i], results["high"][i]
         n_c = predictions["critical_chunks"][i]
         found = results["bracketed"][i]
+        config = f"s={STRIDE} gain={gain:g}: flow bisected over N in {list(SEARCHED)}: "
+        config += (
+            f"uniform at N={low}, breaks at N={high}" if found else "no change between the ends"
+        )
         out.append(
             Row(
                 "threshold N_c (flow bisected in N: uniform below, breaks above)",
-                f"s={STRIDE} gain={gain:g}: bracket [{low:.7g}, {high:.7g}] after {HALVINGS} "
-                f"halvings of N in {list(SEARCHED)}"
-                + ("" if found else "; the ends do not bracket a change"),
+                config,
                 kind="prediction",
                 predicted=n_c,
                 ode=0.5 * (low + high) if found else math.nan,
-                tolerance=0.5 * (high - low) / n_c,  # the bracket's resolution
+                tolerance=0.5 * (high - low) / n_c,  # the bisected pair's half-width
             )
         )
     return out

@@ -13,8 +13,8 @@ Exit code 1 if any row fails or an experiment could not be made.
 
 The SGD runs of the selected experiments are trained first, together (one compiled
 program per model structure); with `--jobs 2` (the default on 2 CPUs) the experiments
-are split into two groups that share no SGD run (`sims.experiments.job_groups`) and made
-in two processes at once, since tracing and XLA compilation keep only one core busy.
+are split into two groups along their shared SGD runs (`sims.experiments.job_groups`) and
+made in two processes at once, since tracing and XLA compilation keep only one core busy.
 Progress: one line per step on stderr, and an overall bar with the run's ETA (compile
 time excluded) where stderr is a terminal.
 """
@@ -96,8 +96,8 @@ def parse(argv=None) -> argparse.Namespace:
         type=int,
         default=min(2, os.cpu_count() or 1),
         metavar="N",
-        help="processes making experiments at once: 1, or more (groups that share no SGD "
-        "runs; default 2 where there are 2 CPUs)",
+        help="processes making experiments at once: 1, or more (groups along their shared "
+        "SGD runs; default 2 where there are 2 CPUs)",
     )
     p.add_argument("--worker-json", help=argparse.SUPPRESS)  # set by run_jobs for its workers
     p.add_argument("--progress-file", help=argparse.SUPPRESS)  # set by run_jobs for its workers

@@ -195,11 +195,13 @@ def job_groups(
 ) -> list[list[Experiment]]:
     """`experiments` split into at most `jobs` groups, to be made in as many processes.
 
-    Two experiments stay in one group when the SGD runs they share (`Experiment.configs`)
-    are at least half of the smaller one's training (`training_cost`), so that most of
-    what one would train is already in the other's process; a run shared less than that
-    is trained in both. The groups so linked are then dealt out costliest first to the
-    least loaded job. Within a job the registry's order is kept.
+    Each experiment stays in one group with the experiment it shares the most SGD training
+    with (`Experiment.configs`, weighed by `training_cost`), so a run is trained twice
+    only where an experiment shares it with more than one group. The groups so linked
+    are then dealt out costliest first to the least loaded job; a group costs the training
+    of its runs plus, for each experiment, the mean training per experiment (a stand-in
+    for its own flows, Monte Carlo and predictions, not known in advance). Within a job
+    the registry's order is kept.
     """
     if jobs <= 1:
         return [list(experiments)]
@@ -213,17 +215,18 @@ def job_groups(
         return i
 
     for i in range(len(experiments)):
-        for j in range(i):
-            shared = runs[i] & runs[j]
-            smaller = min(training_cost(runs[i]), training_cost(runs[j]))
-            if shared and training_cost(shared) >= 0.5 * smaller:
-                parent[root(i)] = root(j)
+        shared = [(training_cost(runs[i] & runs[j]), -j) for j in range(len(runs)) if j != i]
+        most, j = max(shared, default=(0.0, 0))
+        if most > 0.0:
+            parent[root(i)] = root(-j)
     linked: dict[int, list[int]] = {}
     for i in range(len(experiments)):
         linked.setdefault(root(i), []).append(i)
 
+    own = training_cost(set().union(*runs)) / len(experiments) or 1.0
+
     def cost(members):
-        return training_cost(set().union(*(runs[i] for i in members)))
+        return training_cost(set().union(*(runs[i] for i in members))) + own * len(members)
 
     loads = [0.0] * jobs
     assigned: list[list[int]] = [[] for _ in range(jobs)]

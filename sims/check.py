@@ -4,8 +4,9 @@ Order parameters of pooling weights (`log_weights_centred`, `order_parameter`,
 `mode_norms`), rates and times read off trajectories (`fitted_rates`, `crossing_time`,
 `reentry_slopes`), independent references (`rk4`, a numpy RK4 of the reduced flow with a
 hand-derived gradient; `monte_carlo_accuracy`, a direct Monte Carlo of the retrieval
-task), and the setups two tests and an experiment share (`sgd_config`,
-`distance_to_reduced`), with the tolerances they are checked at.
+task), the setups two tests and an experiment share (`sgd_config`,
+`distance_to_reduced`) with the tolerances they are checked at, and tolerances from a
+measurement's sampling noise (`mean_half_width`, `normal_half_width`).
 """
 
 from __future__ import annotations

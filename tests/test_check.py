@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from weakspots.sims.check import FALSE_ALARM, mean_half_width, normal_half_width
 from weakspots.sims.cli import check as check_cli
 from weakspots.sims.cli import main
 from weakspots.sims.experiments import (
@@ -141,3 +142,16 @@ def test_threshold_bisection_finds_the_integer_pair_around_n_c():
         results["low"], results["high"], predictions["critical_chunks"], strict=True
     ):
         assert high == low + 1 and low < n_c < high
+
+
+def test_noise_tolerances_miss_at_the_stated_rate():
+    # Intervals of the mean of 8 normal draws miss the true mean at FALSE_ALARM; over
+    # 10,000 intervals the miss count is binomial, so 5 of its standard deviations bound it.
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(10000, 8))
+    misses = sum(abs(d.mean()) > mean_half_width(d) for d in draws)
+    expected = FALSE_ALARM * len(draws)
+    assert abs(misses - expected) < 5 * np.sqrt(expected)
+    # a known variance: 3 standard errors, the normal quantile at FALSE_ALARM
+    assert normal_half_width(0.25 / 100) == pytest.approx(3 * 0.05, rel=1e-3)
+    assert normal_half_width(0.25 / 100, comparisons=8) > normal_half_width(0.25 / 100)

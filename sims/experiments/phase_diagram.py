@@ -118,7 +118,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                 f"s=8 gain=16 d={DIM}; no bracket, so the row fails",
                 kind=kind,
                 predicted=value,
-                sgd=math.nan,
+                sgd=math.nan,  # nothing to compare: the row fails
                 tolerance=0.0,
             )
             for name, kind, value in predicted

@@ -7,8 +7,9 @@ Two kinds of field (STYLE.md, pattern 2):
 * hyperparameters that do not change shapes (`lr`, `gain`, `weight_decay`,
   `init_scale`, `seed`) travel as arrays, so one compiled program serves a sweep.
 
-`TrainConfig` is flat and its field names are the command-line flag names, so a
-sweep is a list of `TrainConfig`s and a stored row is `dataclasses.asdict(config)`.
+`TrainConfig` (a training run) and `FlowConfig` (a reduced gradient flow) are flat and
+their field names are the command-line flag names of `weakspots train` and `weakspots
+flow`, so a sweep is a list of configs and a stored row is `dataclasses.asdict(config)`.
 """
 
 from __future__ import annotations
@@ -211,4 +212,113 @@ class TrainConfig(ModelConfig):
         return -(-self.steps // self.eval_every)
 
     def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# Fields of FlowConfig that one compiled solve serves at any value: they travel as arrays
+# (`saves` is padded: runs with fewer saves repeat their last time).
+FLOW_HYPER_FIELDS = (
+    "chunks",
+    "dim",
+    "gain",
+    "learn_gain",
+    "weight_decay",
+    "phase_entropy",
+    "init_scale",
+    "seed",
+    "t1",
+    "saves",
+    "rtol",
+    "atol",
+    "event_level",
+)
+GAIN_PARAMETRISATIONS = ("log", "linear")
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """One reduced gradient flow (THEORY.md section 5), flat, named as the `weakspots flow` flags.
+
+    The flow is `da/dt = -grad L(a, beta)` on the pooling logits `a` `(H, s)` (and the gain
+    `beta` `(H,)` with `learn_gain`), integrated by `sims.flow.solve_many`. `L` is the
+    d = infinity loss `L_inf` (`theory.reduced_loss`) unless `dim` is set, then the
+    finite-d expected loss `L_d` (`theory.finite_d_loss`: one head, mse).
+
+    Defaults are the canonical config and training's (`TrainConfig`): stride 8, 64 chunks,
+    1 head, fixed gain 16, mse, the trainer's `init_scale`, and `t1 = lr * steps`, the
+    flow time a default training run covers. The flow starts from the trainer's own initial
+    pooling logits for `seed` (`idealized.model.initial_pooling_logits`), so a flow and an
+    SGD run with the same seed and `init_scale` start at the same point.
+
+    `gain_parametrisation`: the learned gain's coordinate, "log" (d log beta/dt = -beta
+    dL/dbeta, beta stays positive) or "linear" (dbeta/dt = -dL/dbeta, SGD on beta).
+    `weight_decay` adds `weight_decay/2 sum_h beta_h^2`; `phase_entropy` adds
+    `-phase_entropy * mean_h entropy(alpha_h)` (as `TrainConfig.phase_entropy`).
+    Saves at `saves` evenly spaced times in `[0, t1]`; the solver is Tsit5 with a PID
+    controller at `rtol`, `atol`, stopping with an error after `max_steps` steps.
+    `event_level`: the specialisation time is the first time the order parameter
+    `theory.specialization_order` reaches it (`theory.specialization_time`).
+    """
+
+    stride: int = ModelConfig.stride
+    chunks: int = ModelConfig.chunks
+    dim: int | None = None
+    heads: int = ModelConfig.heads
+    gain: float = TrainConfig.gain
+    loss: str = ModelConfig.loss
+    learn_gain: bool = False
+    gain_parametrisation: str = "log"
+    weight_decay: float = TrainConfig.weight_decay
+    phase_entropy: float = ModelConfig.phase_entropy
+    init_scale: float = TrainConfig.init_scale
+    seed: int = TrainConfig.seed
+    t1: float = TrainConfig.lr * TrainConfig.steps
+    saves: int = 101
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    max_steps: int = 1_000_000
+    event_level: float = 0.25
+
+    def __post_init__(self):
+        _int_at_least("stride", self.stride, 1)
+        _int_at_least("chunks", self.chunks, 2)
+        if self.dim is not None:
+            _int_at_least("dim", self.dim, 1)
+        _int_at_least("heads", self.heads, 1)
+        _positive_finite("gain", self.gain)
+        _one_of("loss", self.loss, LOSSES)
+        if not isinstance(self.learn_gain, bool):
+            raise ConfigError("learn_gain", f"must be true or false, got {self.learn_gain!r}")
+        _one_of("gain_parametrisation", self.gain_parametrisation, GAIN_PARAMETRISATIONS)
+        _nonnegative_finite("weight_decay", self.weight_decay)
+        _nonnegative_finite("phase_entropy", self.phase_entropy)
+        _nonnegative_finite("init_scale", self.init_scale)
+        _int_at_least("seed", self.seed, 0)
+        _positive_finite("t1", self.t1)
+        _int_at_least("saves", self.saves, 2)
+        _positive_finite("rtol", self.rtol)
+        _positive_finite("atol", self.atol)
+        _int_at_least("max_steps", self.max_steps, 1)
+        _nonnegative_finite("event_level", self.event_level)
+        if self.dim is not None and (self.heads != 1 or self.loss != "mse"):
+            raise ConfigError(
+                "dim",
+                f"the finite-d loss L_d is for one head and mse: got --dim {self.dim} "
+                f"with --heads {self.heads} --loss {self.loss} (omit --dim for d = infinity)",
+            )
+
+    @property
+    def static(self) -> FlowConfig:
+        """The compilation key: this config with every `FLOW_HYPER_FIELDS` field at its default.
+
+        What remains is what one compiled solve is specialised to: the shapes (`stride`,
+        `heads`), `loss`, `gain_parametrisation`, `max_steps`, and whether `dim` is set (a
+        finite `dim` becomes the canonical `ModelConfig.dim`: its value travels as an array).
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(FlowConfig)}
+        changes = {k: defaults[k] for k in FLOW_HYPER_FIELDS}
+        changes["dim"] = None if self.dim is None else ModelConfig.dim
+        return dataclasses.replace(self, **changes)
+
+    def replace(self, **changes) -> FlowConfig:
         return dataclasses.replace(self, **changes)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import equinox as eqx
@@ -33,9 +32,10 @@ from weakspots.idealized.loss import (
     retrieval_loss,
 )
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
-from weakspots.idealized.model import RetrievalModel, init_model
+from weakspots.idealized.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import jit
+from weakspots.sims.progress import Progress
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
@@ -122,8 +122,7 @@ def _params(model: RetrievalModel):
 
 def init(config: TrainConfig, hyper: Hyper) -> TrainState:
     """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
-    key = jax.random.key(hyper.seed)
-    k_model, k_data = jax.random.split(key)
+    k_model, k_data = run_keys(hyper.seed)
     model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
     opt_state = _optimizer(config, hyper.lr).init(_params(model))
     return TrainState(model, opt_state, k_data, jnp.zeros((), jnp.int32))
@@ -281,7 +280,7 @@ def run_batch(
     config: TrainConfig,
     hyper: Hyper,
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     mesh: jax.sharding.Mesh | None = None,
     stop_on_divergence: bool = True,
 ) -> tuple[History, RetrievalModel, np.ndarray]:
@@ -295,7 +294,9 @@ def run_batch(
     to a multiple of its size, padding dropped from the results), so the jitted, vmapped
     program is partitioned across its devices; each run's numbers do not depend on it.
     `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
-    records a diverged run's non-finite loss rather than losing its batch).
+    records a diverged run's non-finite loss rather than losing its batch). `progress`
+    (`sims.progress.Progress`) gets the steps of each evaluation block, the first marked
+    as the compile's.
     """
     config = config.static
     held_out = _shared_held_out(config) if config.model.uses_gram else None
@@ -318,8 +319,8 @@ def run_batch(
         if stop_on_divergence:
             _raise_if_diverged(losses, unsharded, first_step=block * config.eval_every)
         step_losses.append(losses)
-        if progress is not None:
-            progress(block + 1, blocks)
+        if progress is not None:  # the first block's time includes the compile
+            progress.update(done, warmup=block == 0)
     stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)
     history = History(**stacked)
     models = states.model
@@ -383,12 +384,19 @@ def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> Non
 
 
 def train_many(
-    configs: Sequence[TrainConfig], *, progress: Callable[[int, int], None] | None = None
+    configs: Sequence[TrainConfig], *, progress: Progress | None = None
 ) -> list[TrainResult]:
-    """Train every config, one compiled program per distinct `config.static`, results in order."""
+    """Train every config, one compiled program per distinct `config.static`, results in order.
+
+    `progress` counts training steps (those of a batch of runs trained together count
+    once); if it has no total yet, it is planned here (`planned_steps`).
+    """
     groups: dict[TrainConfig, list[int]] = {}
     for i, config in enumerate(configs):
         groups.setdefault(config.static, []).append(i)
+    if progress is not None and progress.total is None:
+        steps, compiles = planned_steps(configs)
+        progress.plan(steps, warmups=compiles)
     results: list[TrainResult | None] = [None] * len(configs)
     for static, members in groups.items():
         start = time.perf_counter()
@@ -413,17 +421,20 @@ def train(config: TrainConfig, **kwargs) -> TrainResult:
     return train_many([config], **kwargs)[0]
 
 
-def stderr_progress(label: str, every_seconds: float = 1.0) -> Callable[[int, int], None]:
-    """A progress callback that prints `label: k/n blocks, ETA` to stderr at most once a second."""
-    start = time.perf_counter()
-    last = [start]  # silent for the first `every_seconds`: short runs print nothing
+def planned_steps(configs: Sequence[TrainConfig]) -> tuple[int, int]:
+    """`(steps, compiles)` that `train_many(configs)` reports: per distinct structure, its steps."""
+    statics = {c.static for c in configs}
+    return sum(s.steps for s in statics), len(statics)
 
-    def report(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if now - last[0] < every_seconds:
-            return
-        last[0] = now
-        eta = (now - start) / done * (total - done)
-        print(f"{label}: {done}/{total} blocks, ETA {eta:5.1f}s", file=sys.stderr, flush=True)
 
-    return report
+def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -> Progress:
+    """A `sims.progress.Progress` in training steps for `train_many(configs)`, on stderr.
+
+    With `configs` it is planned for them (several `train_many` calls can share it);
+    without, the first `train_many` plans it. `kwargs` go to `Progress` (`enabled`, ...).
+    """
+    progress = Progress(label, "steps", **kwargs)
+    if configs:
+        steps, compiles = planned_steps(configs)
+        progress.plan(steps, warmups=compiles)
+    return progress

@@ -1,10 +1,13 @@
+import dataclasses
 import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.idealized.config import TrainConfig
+from weakspots.sims.cli import build_parser, main
 
 TINY = [
     "--stride",
@@ -92,3 +95,44 @@ def test_bad_input_from_the_shell_has_no_traceback():
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == "weakspots train: error: --heads: must be an integer >= 1, got 0"
+
+
+def test_seeds_summary_across_seeds(capsys):
+    assert main(["train", *TINY, "--seeds", "3", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    across = out["across_seeds"]
+    per_seed = np.asarray(out["phase_accuracy"])  # (seeds, phases): the existing key, kept
+    np.testing.assert_allclose(across["phase_accuracy"]["mean"], per_seed.mean(axis=0))
+    phase = across["phase_accuracy"]
+    for mean, (lo, hi) in zip(phase["mean"], phase["ci"], strict=True):
+        assert 0.0 <= lo <= mean <= hi <= 1.0
+    for key in ("mean_accuracy", "delta_max", "psc"):
+        assert across[key]["mean"] == pytest.approx(np.mean(out[key]))
+        lo, hi = across[key]["ci"]
+        assert lo <= across[key]["mean"] <= hi and lo >= 0.0
+    assert across["delta_max"]["ci"][1] <= 1.0 and across["mean_accuracy"]["ci"][1] <= 1.0
+    assert main(["train", *TINY, "--seeds", "3", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "across 3 seeds" in text and text.count("delta_max") == 2  # seeds table + summary
+
+
+def test_every_config_field_is_a_train_flag():
+    """One name per parameter: sweep specs use TrainConfig's fields, the CLI the same names."""
+    parser = build_parser()
+    train = parser._subparsers._group_actions[0].choices["train"]
+    dests = {a.dest for a in train._actions if a.option_strings} - {"help"}
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    assert fields <= dests
+    assert dests - fields == {"seeds", "json", "quiet"}
+    for action in train._actions:
+        if action.dest in fields:
+            assert action.option_strings == ["--" + action.dest.replace("_", "-")]
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("weakspots.sims.cli.train.train_many", interrupted)
+    assert main(["train", *TINY, "--quiet"]) == 130
+    assert capsys.readouterr().err == "weakspots train: interrupted\n"

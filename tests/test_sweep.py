@@ -1,12 +1,11 @@
 """sims.sweep: the spec, slicing, batching, and sweep numbers against single runs."""
 
-import jax
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import ConfigError, TrainConfig
+from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
 from weakspots.sims import store, sweep
-from weakspots.sims.flow import reduced_flow
+from weakspots.sims.flow import solve
 from weakspots.sims.train import train
 
 TINY = dict(stride=4, chunks=8, dim=8, steps=20, eval_every=10, eval_samples=64, batch=32, lr=0.5)
@@ -43,10 +42,13 @@ def test_unknown_key_is_named_with_the_valid_ones():
 
 
 def test_flow_spec_accepts_flow_keys_and_dashes():
-    spec = sweep.parse_spec({"kind": "flow", "fixed": {"t-end": 50}, "grid": {"stride": [3, 4]}})
+    fixed = {"t1": 50, "max-steps": 1000, "phase-entropy": 0}
+    spec = sweep.parse_spec({"kind": "flow", "fixed": fixed, "grid": {"stride": [3, 4]}})
     runs = spec.runs()
-    assert [r.config.stride for r in runs] == [3, 4] and runs[0].config.t_end == 50.0
+    assert [r.config.stride for r in runs] == [3, 4] and runs[0].config.t1 == 50.0
+    assert runs[0].config.max_steps == 1000 and runs[0].config.phase_entropy == 0.0
     assert runs[0].row["kind"] == "flow" and runs[0].bucket != runs[1].bucket
+    assert isinstance(runs[0].config, FlowConfig)  # the one FlowConfig, as `weakspots flow`'s
 
 
 def test_slices_partition_the_sweep():
@@ -86,28 +88,31 @@ def test_train_sweep_equals_runs_trained_alone(tmp_path):
     assert (again.ran, again.skipped) == (0, 3)
 
 
-def test_flow_sweep_equals_reduced_flow(tmp_path):
-    fixed = {"chunks": 16, "init_scale": 0.05, "t_end": 40.0, "n_save": 5}
+def test_flow_sweep_equals_flows_solved_alone(tmp_path):
+    fixed = {"chunks": 16, "init_scale": 0.05, "t1": 40.0, "saves": 5}
     runs = sweep.parse_spec(
         {"kind": "flow", "fixed": fixed, "grid": {"stride": [3], "gain": [6, 9], "seed": [2]}}
     ).runs()
     sweep.run_sweep(runs, tmp_path)
     table = store.load(tmp_path).set_index("hash")
     for run in runs:
-        c = run.config
-        ref = reduced_flow(
-            jax.random.key(c.seed)[None],  # a (1,) batch of keys
-            stride=c.stride,
-            chunks=c.chunks,
-            gain=c.gain,
-            init_scale=c.init_scale,
-            t_end=c.t_end,
-            n_save=c.n_save,
-        )
+        # alone: padded with copies of itself to the sweep's batch of 2 (the same program)
+        ref = solve(run.config, batch_size=2).history
         row = table.loc[run.hash]
-        np.testing.assert_allclose(row["final_loss"], float(ref.loss[0, -1]), rtol=1e-10)
+        np.testing.assert_allclose(row["final_loss"], float(ref.loss[-1]), rtol=1e-10)
         trajectory = store.load_trajectory(tmp_path, run.hash)
-        np.testing.assert_allclose(
-            trajectory["pooling_weights"], ref.pooling_weights[0], atol=1e-12
-        )
+        np.testing.assert_allclose(trajectory["pooling_weights"], ref.pooling_weights, atol=1e-12)
+        assert row["specialization_time"] == pytest.approx(float(ref.specialization_time))
         assert 0 < row["mean_accuracy"] < 1 and len(row["phase_accuracy"]) == 3
+
+
+def test_a_failed_flow_is_stored_with_a_reason_and_no_metrics(tmp_path):
+    # The run of tests/test_flow.py's failure tests: max_steps is reached long before t1.
+    fixed = {"stride": 4, "chunks": 8, "saves": 5, "max_steps": 64}
+    runs = sweep.parse_spec({"kind": "flow", "fixed": fixed, "grid": {"t1": [1e12]}}).runs()
+    report = sweep.run_sweep(runs, tmp_path)
+    assert report.ran == 1
+    row = store.load(tmp_path).iloc[0]
+    assert "--max-steps 64" in row["failure"]
+    assert "final_loss" not in row or np.isnan(row["final_loss"])
+    assert runs[0].hash in store.completed_hashes(tmp_path)  # deterministic: not rerun

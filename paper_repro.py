@@ -15,8 +15,8 @@ The SGD runs of the selected experiments are trained first, together (one compil
 program per model structure); with `--jobs 2` (the default on 2 CPUs) the experiments
 are split into two groups along their shared SGD runs (`sims.experiments.job_groups`) and
 made in two processes at once, since tracing and XLA compilation keep only one core busy.
-Progress: one line per step on stderr, and an overall bar with the run's ETA (compile
-time excluded) where stderr is a terminal.
+Progress: one line per step on stderr, and the run's overall progress with an ETA that
+leaves compilation out (`sims.progress.Progress`: a bar on a terminal, lines elsewhere).
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ matplotlib.use("Agg")
 import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+
+from weakspots.sims.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SHARED = "sgd_runs"  # the experiments' SGD runs, trained together before the experiments
@@ -250,55 +251,27 @@ def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: di
     (out / "REPORT.md").write_text("\n".join(lines))
 
 
-class Progress:
-    """The overall progress of a run: a bar on a terminal, and a count and ETA on every line.
+class StepRelay:
+    """Feeds the events of the processes making experiments into one `sims.progress.Progress`.
 
-    Steps are each process's shared SGD training and every experiment. The ETA assumes
-    the remaining steps take the mean time of those done, with XLA compilation (which
-    the first steps pay for the later ones) left out where jax reports it.
+    An event is {"message"} (printed) or {"done", "seconds", "compile_seconds"} (a step
+    ended: a process's shared SGD training, or an experiment). A step that spent more than
+    half its time compiling (`compile_seconds` counts up per process) is a warmup, which
+    `Progress` leaves out of the rate behind its ETA.
     """
 
-    def __init__(self, total: int, clock=time.perf_counter):
-        self.total, self.done, self.clock = total, 0, clock
-        self.start = clock()
-        self.compile_seconds: dict[int, float] = {}
-        self.bar = tqdm(
-            total=total,
-            desc="paper_repro",
-            unit="step",
-            file=sys.stderr,
-            disable=not sys.stderr.isatty(),
-            bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
-        )
+    def __init__(self, progress):
+        self.progress = progress
+        self.compiled: dict[int, float] = {}
 
-    def eta(self) -> float | None:
-        if not self.done or self.done >= self.total:
-            return None
-        elapsed = self.clock() - self.start
-        compiling = max(self.compile_seconds.values(), default=0.0)
-        return max(elapsed - compiling, 0.0) / self.done * (self.total - self.done)
-
-    def heard(self, event: dict, job: int = 0) -> None:
-        """One event of process `job`: {"message"} to print, {"done", "compile_seconds"}."""
-        if "compile_seconds" in event:
-            self.compile_seconds[job] = event["compile_seconds"]
-        if event.get("done"):
-            self.done += 1
-            self.bar.update(1)
-            eta = self.eta()
-            self.bar.set_postfix_str("" if eta is None else f", ETA {_clock(eta)}")
+    def __call__(self, event: dict, job: int = 0) -> None:
         if "message" in event:
-            eta = self.eta()
-            where = f"{self.done}/{self.total}" + ("" if eta is None else f", ETA {_clock(eta)}")
-            self.bar.write(f"[paper_repro] ({where}) {event['message']}", file=sys.stderr)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
-    return f"{minutes}:{secs:02d}"
+            self.progress.write(f"[paper_repro] {event['message']}")
+        if event.get("done"):
+            before = self.compiled.get(job, 0.0)
+            self.compiled[job] = event["compile_seconds"]
+            compiling = event["compile_seconds"] - before
+            self.progress.update(1, warmup=compiling > 0.5 * event["seconds"])
 
 
 def main(argv=None) -> int:
@@ -316,14 +289,12 @@ def main(argv=None) -> int:
         Path(args.worker_json).write_text(json.dumps(made))
         return 0
     groups = experiments.job_groups(chosen, budget, args.jobs)
-    progress = Progress(sum(len(g) + 1 for g in groups))
-    try:
+    with Progress("paper_repro", "steps", total=sum(len(g) + 1 for g in groups)) as progress:
+        relay = StepRelay(progress)
         if len(groups) == 1:
-            made = make_experiments(chosen, budget, out, progress.heard)
+            made = make_experiments(chosen, budget, out, relay)
         else:
-            made = run_jobs(args, groups, progress)
-    finally:
-        progress.close()
+            made = run_jobs(args, groups, relay)
     order = {e.name: i for i, e in enumerate(registry())}
     made["rows"].sort(key=lambda r: order[r["experiment"]])  # stable within an experiment
     made["made"] = dict(sorted(made["made"].items(), key=lambda kv: order[kv[0]]))
@@ -372,6 +343,7 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
             {
                 "message": f"{name}: {times[name]:.1f} s ({cpu[name]:.0f} CPU-s)",
                 "done": 1,
+                "seconds": times[name],
                 "compile_seconds": clock.seconds,
             }
         )
@@ -411,7 +383,7 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
     return {"rows": rows, "made": made, "errors": errors, "times": times, "cpu": cpu}
 
 
-def run_jobs(args, groups: list[list], progress: Progress) -> dict:
+def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
     """Each group in its own process (`--worker-json`), at once; their results merged.
 
     Tracing and XLA compilation are single-threaded, so one process leaves the second core
@@ -431,19 +403,25 @@ def run_jobs(args, groups: list[list], progress: Progress) -> dict:
         procs.append((group, target, events, subprocess.Popen(command)))
     read = [0] * len(procs)
 
-    def relay() -> None:
+    def read_events() -> None:
         for i, (_, _, events, _) in enumerate(procs):
             if events.exists():
                 with open(events) as f:
                     f.seek(read[i])
                     while (line := f.readline()).endswith("\n"):
-                        progress.heard(json.loads(line), job=i)
+                        relay(json.loads(line), job=i)
                     read[i] = f.tell() - len(line)
 
-    while any(proc.poll() is None for *_, proc in procs):
-        relay()
-        time.sleep(0.5)
-    relay()
+    try:
+        while any(proc.poll() is None for *_, proc in procs):
+            read_events()
+            time.sleep(0.5)
+        read_events()
+    finally:  # an error or Ctrl-C here must not leave the workers running
+        for *_, proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
     merged = {"rows": [], "made": {}, "errors": {}, "times": {}, "cpu": {}}
     for i, (group, target, events, proc) in enumerate(procs):
         events.unlink(missing_ok=True)

@@ -16,11 +16,10 @@ import math
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.theory.reduced import centred_logits
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
-N_SAVE = 101  # reduced flows of the checks save 101 times: few compilations
 
 # Trainer against the finite-d flow from the same start, max abs pooling weight over the
 # trajectory: an allowance, not derived, for SGD's minibatch noise and its finite step
@@ -171,10 +170,11 @@ def decisive_seed(config: TrainConfig, support: int, margin: float, tries: int =
     must be at least margin, so the start, not minibatch or sample noise, decides the
     support (a property of the start, checked before any dynamics is run).
     """
-    from weakspots.sims.interventions import initial_pooling_logits
+    from weakspots.idealized.model import initial_pooling_logits
 
     for seed in range(config.seed, config.seed + tries):
-        logits = np.sort(initial_pooling_logits(config.replace(seed=seed)), -1)
+        start = initial_pooling_logits(seed, config.heads, config.slots, config.init_scale)
+        logits = np.sort(np.asarray(start, float), -1)
         gaps = logits[:, -support] - logits[:, -support - 1]
         if np.all(gaps >= margin):
             return seed
@@ -201,25 +201,19 @@ def reentry_slopes(cases=REENTRY_CASES, dropped_weight=1e-4):
     for kappa > 0, 1/t decay for kappa < 0. The measured kappa is minus the slope of
     1/alpha_k over the first tenth of the run.
     """
-    from weakspots.sims.flow import reduced_flow
+    from weakspots.sims.flow import solve_many, stack
 
     logits0 = np.full((len(cases), 1, STRIDE), -40.0)
     for i, (_, k) in enumerate(cases):
         logits0[i, 0, :k] = 0.0
         logits0[i, 0, k] = np.log(dropped_weight * k)
-    gains = np.array([g for g, _ in cases])
     kappa = np.array([theory.reentry_rate(STRIDE, CHUNKS, g, k) for g, k in cases])
-    t_end = 0.2 / np.max(np.abs(kappa) * dropped_weight)
-    hist = reduced_flow(
-        stride=STRIDE,
-        chunks=float(CHUNKS),
-        gain=gains,
-        init_pooling_logits=logits0,
-        t_end=t_end,
-        rtol=1e-10,
-        atol=1e-12,
-        n_save=N_SAVE,
-    )
+    t_end = float(0.2 / np.max(np.abs(kappa) * dropped_weight))
+    configs = [
+        FlowConfig(stride=STRIDE, chunks=CHUNKS, gain=g, t1=t_end, rtol=1e-10, atol=1e-12)
+        for g, _ in cases
+    ]
+    hist = stack(solve_many(configs, starts=list(logits0)))
     inverse = 1.0 / np.asarray(hist.pooling_weights[:, :, 0, :])
     times = np.asarray(hist.times)
     measured = np.array(
@@ -251,12 +245,14 @@ def flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=40
 
 def reduced_weights(start, ts, dim=None):
     """Pooling weights (T, H, s) of the reduced flow from `start`: L_inf, or L_d at `dim`."""
-    from weakspots.sims.flow import reduced_flow
+    from weakspots.sims.flow import solve
 
-    flow = reduced_flow(
-        stride=STRIDE, chunks=float(CHUNKS), gain=GAIN, init_pooling_logits=start, ts=ts, dim=dim
+    dim = None if dim is None else int(dim)
+    config = FlowConfig(
+        stride=STRIDE, chunks=CHUNKS, gain=GAIN, t1=float(ts[-1]), saves=len(ts), dim=dim
     )
-    return np.asarray(flow.pooling_weights[0])
+    flow = solve(config, starts=np.asarray(start, float)[0], times=np.asarray(ts, float))
+    return np.asarray(flow.history.pooling_weights)
 
 
 def distance_to_reduced(dims, samples, seed=0, t_end=400.0, saves=41):

@@ -4,16 +4,17 @@ reuse, the two-process split, and the threads that train structures at once."""
 import csv
 import dataclasses
 import importlib.util
+import io
 import sys
 from pathlib import Path
 
 import jax
 import numpy as np
-import pytest
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
 from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, Experiment, Row, canonical
+from weakspots.sims.progress import Progress
 from weakspots.sims.train import train_many
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,20 +99,19 @@ def test_two_jobs_give_the_serial_run_numbers(tmp_path):
     assert both[2] == both[1]
 
 
-def test_progress_counts_steps_and_leaves_compilation_out_of_the_eta(capsys):
+def test_step_relay_counts_steps_and_marks_compiling_ones_as_warmups():
     repro = _paper_repro()
-    now = [0.0]
-    progress = repro.Progress(4, clock=lambda: now[0])
-    now[0] = 100.0  # one step took 100 s, 60 of them compiling (in the slower process)
-    progress.heard({"done": 1, "compile_seconds": 60.0}, job=0)
-    progress.heard({"compile_seconds": 20.0}, job=1)
-    assert progress.eta() == pytest.approx((100.0 - 60.0) * 3)
-    progress.heard({"message": "weak_spots: 40 s"})
-    assert "(1/4, ETA 2:00) weak_spots: 40 s" in capsys.readouterr().err
-    for _ in range(3):
-        progress.heard({"done": 1})
-    assert progress.done == 4 and progress.eta() is None
-    progress.close()
+    stream = io.StringIO()
+    progress = Progress("paper_repro", "steps", total=4, stream=stream, in_place=False)
+    warmups = []
+    progress.update = lambda n, warmup: warmups.append(warmup)  # what the relay reports
+    relay = repro.StepRelay(progress)
+    relay({"message": "weak_spots: 40 s"})
+    relay({"done": 1, "seconds": 100.0, "compile_seconds": 60.0}, job=0)  # mostly compiling
+    relay({"done": 1, "seconds": 100.0, "compile_seconds": 70.0}, job=0)  # 10 s of 100
+    relay({"done": 1, "seconds": 10.0, "compile_seconds": 8.0}, job=1)  # its own clock
+    assert warmups == [True, False, True]
+    assert "[paper_repro] weak_spots: 40 s" in stream.getvalue()
 
 
 def test_job_groups_keep_each_experiment_with_its_closest_sharer():

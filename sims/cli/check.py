@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 from weakspots.sims.experiments import (
@@ -13,6 +12,7 @@ from weakspots.sims.experiments import (
     kind_counts,
     train_planned,
 )
+from weakspots.sims.progress import Progress
 
 from . import common
 
@@ -46,20 +46,14 @@ def run(args: argparse.Namespace) -> int:
         chosen = [e for e in EXPERIMENTS if e.name in args.only]
     else:
         chosen = [e for e in EXPERIMENTS if args.all or e.figure is None]
-    say = common.progress_enabled(args)
-
-    def log(message: str) -> None:
-        if say:
-            print(f"check: {message} ({time.perf_counter() - start:.0f}s)", file=sys.stderr)
-
-    train_planned(chosen, budget, log=log)
     rows = []
-    for experiment in chosen:
-        rows += [
-            {"experiment": experiment.name, **r.as_dict()}
-            for r in evaluate(experiment, budget).rows
-        ]
-        log(f"{experiment.name} done")
+    enabled = common.progress_enabled(args)
+    with Progress("check", "experiments", total=len(chosen), enabled=enabled) as progress:
+        train_planned(chosen, budget, log=progress.write)
+        for experiment in chosen:
+            evaluation = evaluate(experiment, budget)
+            rows += [{"experiment": experiment.name, **r.as_dict()} for r in evaluation.rows]
+            progress.update(1)
     wall = time.perf_counter() - start
     if args.json:
         common.print_json({"rows": rows, "counts": kind_counts(rows), "wall_seconds": wall})

@@ -77,7 +77,7 @@ def run(budget: Budget) -> dict:
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """Exact chi-conditioned formula (THEORY 6.12) and THEORY 7's Gaussian approximation."""
+    """Exact chi-conditioned formula (docs/theory.md §6.12) and §7.3's Gaussian approximation."""
     del budget
     dims = np.unique(np.round(np.geomspace(8, 2048, 40)).astype(int))
     out = []

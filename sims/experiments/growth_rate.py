@@ -8,7 +8,13 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.sims.check import mode_norms, order_parameter
-from weakspots.sims.experiments.canonical import GAIN, STRIDE, random_starts, reduced_flows
+from weakspots.sims.experiments.canonical import (
+    GAIN,
+    STRIDE,
+    base_flow,
+    random_starts,
+    solve_from,
+)
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 
 
@@ -21,7 +27,7 @@ def flow_configs(budget: Budget) -> list[tuple[int, int, float, int]]:
     return [c for c in configs if theory.growth_rate(c[0], c[1], c[2], c[3]) > 1e-3]
 
 
-THRESHOLD_CHUNKS = (12.0, 14.0, 15.0, 15.5, 16.0, 16.5, 17.0, 18.0, 20.0)
+THRESHOLD_CHUNKS = (12, 13, 14, 15, 16, 17, 18, 20)  # N counts chunks
 
 
 def measure_growth_rate(stride, chunks, gain, heads, starts, lam_guess) -> dict:
@@ -35,8 +41,8 @@ def measure_growth_rate(stride, chunks, gain, heads, starts, lam_guess) -> dict:
     """
     horizon = min(math.log(1e3) / max(abs(lam_guess), 1e-6), 3e4)
     ts = np.linspace(0.0, horizon, 81)
-    out = reduced_flows(stride=stride, heads=heads, starts=starts, chunks=chunks, gain=gain, ts=ts)
-    weights = out["pooling_weights"]  # (B, T, H, s)
+    config = base_flow(ts, stride=stride, heads=heads, chunks=chunks, gain=gain)
+    weights = solve_from([config] * len(starts), starts, ts).pooling_weights  # (B, T, H, s)
     delta = order_parameter(weights)  # (B, T)
     common, differential = mode_norms(weights)
 
@@ -68,8 +74,8 @@ def run(budget: Budget) -> dict:
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """lambda of THEORY 6.2 (differential rate for several heads, and their common rate) and
-    N_c of THEORY 6.3."""
+    """lambda of docs/theory.md §6.2 (differential rate for several heads, and their common
+    rate) and N_c of §6.3."""
     del budget
     chunks = np.linspace(min(THRESHOLD_CHUNKS), max(THRESHOLD_CHUNKS), 200)
     rates = [

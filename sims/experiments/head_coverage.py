@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import CHUNKS, GAIN, N_SAVE, STRIDE, normal_half_width
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import CHUNKS, GAIN, STRIDE, normal_half_width
+from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
-from weakspots.sims.flow import reduced_flow
 
 HEADS = 2
 STARTS = 8  # flows, at init scales spread over 1e-4 .. 0.3
@@ -17,16 +17,9 @@ STARTS = 8  # flows, at init scales spread over 1e-4 .. 0.3
 def run(budget: Budget) -> dict:
     """Coverage outcome (theory.coverage_summary) of each flow at t = 40000."""
     del budget
-    hist = reduced_flow(
-        key=jax.random.split(jax.random.PRNGKey(7), STARTS),
-        stride=STRIDE,
-        chunks=float(CHUNKS),
-        heads=HEADS,
-        gain=GAIN,
-        init_scale=np.geomspace(1e-4, 0.3, STARTS),
-        t_end=40000.0,
-        n_save=N_SAVE,
-    )
+    config = FlowConfig(stride=STRIDE, chunks=CHUNKS, heads=HEADS, gain=GAIN, t1=40000.0)
+    starts = keyed_starts(7, STARTS, HEADS, STRIDE, np.geomspace(1e-4, 0.3, STARTS))
+    hist = solve_from([config] * STARTS, starts)
     outcomes = [theory.coverage_summary(np.asarray(w), STRIDE) for w in hist.pooling_weights[:, -1]]
     return {"outcomes": outcomes}
 

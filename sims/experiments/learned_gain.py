@@ -13,8 +13,9 @@ from weakspots.sims.experiments.canonical import (
     CHUNKS,
     EVENT_LEVEL,
     STRIDE,
+    base_flow,
     random_starts,
-    reduced_flows,
+    solve_from,
 )
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.theory.gain import race_exponent
@@ -27,31 +28,28 @@ def run(budget: Budget) -> dict:
     wds = np.asarray(budget.weight_decays, float)
     ts = np.concatenate([[0.0], np.geomspace(1.0, 2e5, 120)])
     starts = random_starts(len(wds), 1, STRIDE, INIT_SCALE, seed=7)
-    out = reduced_flows(
-        stride=STRIDE,
-        starts=starts,
-        chunks=CHUNKS,
-        gain=1.0,
-        ts=ts,
-        learn_gain=1.0,
-        weight_decay=wds,
-        gain_param="linear",
-    )
-    w = out["pooling_weights"][:, :, 0]
+    configs = [
+        base_flow(
+            ts, gain=1.0, learn_gain=True, weight_decay=float(wd), gain_parametrisation="linear"
+        )
+        for wd in wds
+    ]
+    out = solve_from(configs, starts, ts)
+    w = out.pooling_weights[:, :, 0]
     return {
         "times": ts,
         "weight_decays": wds,
-        "gain": out["gain"][:, :, 0],
+        "gain": out.gain[:, :, 0],
         "specialization_index": specialization_index(w),
         "support": support_size(w[:, -1]),
         "start_order": order_parameter(np.exp(starts)),  # softmax up to a constant
         "start_gain": 1.0,
-        "event_time": out["specialization_time"],
+        "event_time": out.specialization_time,
     }
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """beta_c (THEORY 6.3), the uniform-state equilibrium gain per wd
+    """beta_c (docs/theory.md §6.3), the uniform-state equilibrium gain per wd
     (theory.weight_decay_equilibrium_gain), the race (theory.gain.race_exponent: the
     instability wins when log delta_0 + max_t int lambda(beta(t)) dt reaches log 0.25, the
     event of theory.specialization_time, along the uniform-state gain path) and the end

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import CHUNKS, N_SAVE, STRIDE
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import CHUNKS, STRIDE
+from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
 from weakspots.sims.experiments.learned_gain import FINAL_GAIN_RTOL
-from weakspots.sims.flow import reduced_flow
 
-WEIGHT_DECAYS = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1e-4, 3e-4)  # THEORY 6.6's grid, and between
+# docs/theory.md §6.6's grid of weight decays, and two between
+WEIGHT_DECAYS = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1e-4, 3e-4)
 INIT_SCALES = (1e-3,) * 6 + (1e-2, 1e-2)
 T_END = 2e5
 # The race predicts the time from the linear growth exponent along the uniform-state gain
@@ -23,18 +24,19 @@ RACE_RTOL = 0.05
 def run(budget: Budget) -> dict:
     """Final support size and gain, and the specialisation time, of each flow (gain from 1)."""
     del budget
-    hist = reduced_flow(
-        key=jax.random.split(jax.random.PRNGKey(0), len(WEIGHT_DECAYS)),
-        stride=STRIDE,
-        chunks=float(CHUNKS),
-        gain=1.0,
-        learn_gain=True,
-        weight_decay=np.array(WEIGHT_DECAYS),
-        init_scale=np.array(INIT_SCALES),
-        t_end=T_END,
-        gain_parametrisation="linear",  # THEORY 6.6's convention
-        n_save=N_SAVE,
-    )
+    configs = [
+        FlowConfig(
+            stride=STRIDE,
+            chunks=CHUNKS,
+            gain=1.0,
+            learn_gain=True,
+            weight_decay=wd,
+            t1=T_END,
+            gain_parametrisation="linear",  # docs/theory.md section 6.6's convention
+        )
+        for wd in WEIGHT_DECAYS
+    ]
+    hist = solve_from(configs, keyed_starts(0, len(configs), 1, STRIDE, np.array(INIT_SCALES)))
     return {
         "support": theory.covered(np.asarray(hist.pooling_weights[:, -1, 0]), STRIDE).sum(-1),
         "gain": np.asarray(hist.gain[:, -1, 0]),

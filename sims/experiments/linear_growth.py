@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import N_SAVE, STRIDE, fitted_rates
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import STRIDE, fitted_rates
+from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
-from weakspots.sims.flow import reduced_flow
 
 # Per loss: (key seed, chunks, gains, start scale, atol, configs shown as rows).
 CASES = {
@@ -27,19 +27,14 @@ GROWTH_RTOL = 1e-3
 def early_rates(seed, chunks, gains, init_scale, atol, loss) -> np.ndarray:
     """The common mode's exponential rate in the reduced flow between t = 10 and t = 50, one
     start init_scale * N(0, 1) per (chunks, gain). Returns (len(chunks),)."""
-    hist = reduced_flow(
-        key=jax.random.split(jax.random.PRNGKey(seed), len(chunks)),
-        stride=STRIDE,
-        chunks=np.array(chunks, float),
-        gain=np.array(gains, float),
-        loss=loss,
-        init_scale=init_scale,
-        t_end=50.0,
-        rtol=1e-11,
-        atol=atol,
-        n_save=N_SAVE,
-    )
-    common, _ = fitted_rates(hist, 20, 100)
+    configs = [
+        FlowConfig(
+            stride=STRIDE, chunks=n, gain=float(g), loss=loss, t1=50.0, rtol=1e-11, atol=atol
+        )
+        for n, g in zip(chunks, gains, strict=True)
+    ]
+    starts = keyed_starts(seed, len(configs), 1, STRIDE, init_scale)
+    common, _ = fitted_rates(solve_from(configs, starts), 20, 100)
     return common
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments.canonical import base_config, train
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
@@ -28,9 +29,10 @@ def run(budget: Budget) -> dict:
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """The predictions computed with the runs (`run`), per mitigation."""
-    del budget
-    return {
+    """The predictions computed with the runs (`run`), per mitigation; for phase_entropy
+    also the weight eps_c = H s lambda that restores uniform pooling
+    (theory.entropy_critical_weight)."""
+    out = {
         name: {
             "delta_max": m["predicted_delta_max"],
             "mean_accuracy": m["predicted_mean_accuracy"],
@@ -38,6 +40,11 @@ def predict(budget: Budget, results: dict) -> dict:
         }
         for name, m in results["mitigations"].items()
     }
+    if "phase_entropy" in out:
+        c = two_heads(budget)
+        critical = theory.entropy_critical_weight(c.stride, c.chunks, c.gain, heads=c.heads)
+        out["phase_entropy"]["critical_weight"] = float(critical)
+    return out
 
 
 # An allowance, not derived: the prediction runs the reduced (d = inf) flow of each
@@ -63,5 +70,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "mitigations", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+    "mitigations", run, predict, rows, configs=configs, version=4, figure=drawn_in_figures
 )

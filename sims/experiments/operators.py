@@ -56,8 +56,9 @@ NOISE_LEVEL = 0.95  # the mean_pool row's tolerance: this interval of the seed m
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """softmax_pool: the most probable k-state (THEORY 6.4) at d = 64; mean_pool: uniform pooling;
-    deepseek_v4: uniform pooling of the unit-normalised key (theory.operators).
+    """softmax_pool: the most probable k-state (docs/theory.md §6.4) at d = 64; mean_pool:
+    uniform pooling; deepseek_v4: uniform pooling of the unit-normalised key
+    (theory.operators).
 
     mean_pool learns no pooling, so its delta_max is the held-out binomial error of s equal
     phase accuracies (theory.delta_max_distribution with no pooling part): the prediction is
@@ -162,5 +163,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "operators", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+    "operators", run, predict, rows, configs=configs, version=4, figure=drawn_in_figures
 )

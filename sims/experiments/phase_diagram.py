@@ -15,8 +15,9 @@ from weakspots.sims.experiments.canonical import (
     GAIN,
     STRIDE,
     base_config,
+    base_flow,
     random_starts,
-    reduced_flows,
+    solve_from,
     train,
 )
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
@@ -36,14 +37,13 @@ def run(budget: Budget) -> dict:
     nn, rr = np.meshgrid(chunks, ratios, indexing="ij")
     t_end = float(budget.steps * 2.0)
     starts = random_starts(nn.size, 1, STRIDE, 0.01, seed=3)
-    ode = reduced_flows(
-        stride=STRIDE,
-        starts=starts,
-        chunks=nn.ravel(),
-        gain=STRIDE * rr.ravel(),
-        ts=np.linspace(0.0, t_end, 3),
-    )
-    index = specialization_index(ode["pooling_weights"][:, -1, 0]).reshape(nn.shape)
+    ts = np.linspace(0.0, t_end, 3)
+    configs_ode = [
+        base_flow(ts, chunks=int(n), gain=float(STRIDE * r))
+        for n, r in zip(nn.ravel(), rr.ravel(), strict=True)
+    ]
+    ode = solve_from(configs_ode, starts, ts)
+    index = specialization_index(ode.pooling_weights[:, -1, 0]).reshape(nn.shape)
     sgd_configs = configs(budget)
     sgd = []
     for c, r in zip(sgd_configs, train(sgd_configs), strict=True):
@@ -60,9 +60,9 @@ def run(budget: Budget) -> dict:
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """The critical curve N_c = 1 + 2 exp(gain/stride) (THEORY 6.3), N_c(d) at the SGD runs'
-    d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), and the N past
-    which a run leaves uniform pooling within its budget (`escape_chunks`)."""
+    """The critical curve N_c = 1 + 2 exp(gain/stride) (docs/theory.md §6.3), N_c(d) at the
+    SGD runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), and
+    the N past which a run leaves uniform pooling within its budget (`escape_chunks`)."""
     ratios = np.linspace(min(results["ratios"]), max(results["ratios"]), 200)
     return {
         "ratios": ratios.tolist(),

@@ -7,6 +7,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
+from weakspots.idealized.model import initial_pooling_logits
 from weakspots.sims.check import most_common
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
@@ -14,13 +15,12 @@ from weakspots.sims.experiments.canonical import (
     GAIN,
     STRIDE,
     base_config,
-    reduced_flows,
+    base_flow,
+    solve_from,
     train,
 )
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.experiments.uniform_state import predicted_support
-from weakspots.sims.flow import reduced_flow
-from weakspots.sims.interventions import initial_pooling_logits
 
 POOLING_INIT = 0.3
 
@@ -36,26 +36,19 @@ def configs(budget: Budget) -> list[TrainConfig]:
 
 def run(budget: Budget) -> dict:
     """SGD pooling weights at d = 64 and d = 1024, and from each run's own start the reduced
-    (d = inf) flow and the finite-d corrected flow (sims.flow.reduced_flow(dim=d))."""
-    # Init scale 0.3 (THEORY 6.10): the start, not early SGD noise, then picks the support,
+    (d = inf) flow and the finite-d corrected flow (the flow of L_d, `FlowConfig.dim`)."""
+    # Init scale 0.3 (docs/theory.md §6.10): the start, not early SGD noise, picks the support,
     # so SGD and the flow from the same start can be compared phase by phase.
     runs_configs = configs(budget)
     results = train(runs_configs)
-    starts = np.stack([initial_pooling_logits(c) for c in runs_configs])
+    starts = [
+        np.asarray(initial_pooling_logits(c.seed, c.heads, c.stride, c.init_scale), float)
+        for c in runs_configs
+    ]
     times = np.asarray(results[0].history.times, float)
-    ode = reduced_flows(stride=STRIDE, starts=starts, chunks=CHUNKS, gain=GAIN, ts=times)
+    ode = solve_from([base_flow(times)] * len(starts), starts, times)
     # The finite-d corrected flow (theory.finite_d_loss at each run's d), same starts.
-    corrected = reduced_flow(
-        stride=STRIDE,
-        chunks=float(CHUNKS),
-        gain=GAIN,
-        init_pooling_logits=starts,
-        ts=times,
-        dim=np.asarray([c.dim for c in runs_configs], float),
-        rtol=1e-7,
-        atol=1e-9,
-        event_level=None,  # only the weights are kept: no specialisation-event solve
-    )
+    corrected = solve_from([base_flow(times, dim=c.dim) for c in runs_configs], starts, times)
     corrected_weights = np.asarray(corrected.pooling_weights, float)
     runs = []
     for i, (c, r) in enumerate(zip(runs_configs, results, strict=True)):
@@ -65,7 +58,7 @@ def run(budget: Budget) -> dict:
                 "dim": c.dim,
                 "seed": c.seed,
                 "sgd": sgd,
-                "ode": ode["pooling_weights"][i][:, 0],
+                "ode": ode.pooling_weights[i][:, 0],
                 "corrected": corrected_weights[i][:, 0],
             }
         )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from weakspots.sims.check import CHUNKS, GAIN, N_SAVE, STRIDE, rk4
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import CHUNKS, GAIN, STRIDE, rk4
+from weakspots.sims.experiments.canonical import solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, no_difference
-from weakspots.sims.flow import reduced_flow
 
 # Both solve one smooth ODE to t = 300: diffrax at rtol 1e-10, RK4 at step 0.05 (error
 # O(h^4) per unit time); the weights they give agree to their own truncation errors.
@@ -17,16 +18,9 @@ def run(budget: Budget) -> dict:
     """Max abs pooling-weight difference of the two solvers from one start, over t in [0, 300]."""
     del budget
     logits0 = 0.3 * np.random.default_rng(1).standard_normal((8, 1, STRIDE))
-    ts = np.linspace(0.0, 300.0, N_SAVE)
-    hist = reduced_flow(
-        stride=STRIDE,
-        chunks=float(CHUNKS),
-        gain=GAIN,
-        init_pooling_logits=logits0,
-        ts=ts,
-        rtol=1e-10,
-        atol=1e-12,
-    )
+    config = FlowConfig(stride=STRIDE, chunks=CHUNKS, gain=GAIN, t1=300.0, rtol=1e-10, atol=1e-12)
+    ts = np.linspace(0.0, config.t1, config.saves)
+    hist = solve_from([config] * len(logits0), logits0, ts)
     logits = rk4(logits0[0], np.array([GAIN]), float(CHUNKS), ts[::20], dt=0.05)
     weights = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
     return {

@@ -13,8 +13,9 @@ from weakspots.sims.experiments.canonical import (
     GAIN,
     STRIDE,
     base_config,
+    base_flow,
     random_starts,
-    reduced_flows,
+    solve_from,
     train,
 )
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
@@ -36,10 +37,9 @@ def run(budget: Budget) -> dict:
     for i, scale in enumerate(scales):
         starts = random_starts(budget.flow_starts, 1, STRIDE, scale, seed=200 + i)
         t_max = float(theory.specialization_time(STRIDE, CHUNKS, GAIN, scale)) * 2.0 + 200.0
-        out = reduced_flows(
-            stride=STRIDE, starts=starts, chunks=CHUNKS, gain=GAIN, ts=np.linspace(0.0, t_max, 3)
-        )
-        ode.append({"init_scale": scale, "times": out["specialization_time"]})
+        ts = np.linspace(0.0, t_max, 3)
+        out = solve_from([base_flow(ts)] * len(starts), starts, ts)
+        ode.append({"init_scale": scale, "times": out.specialization_time})
     sgd_configs = configs(budget)
     sgd = []
     for c, r in zip(sgd_configs, train(sgd_configs), strict=True):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-import jax
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import N_SAVE, normal_half_width
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import normal_half_width
+from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
-from weakspots.sims.flow import reduced_flow
 
 CONFIGS = ((8, 64, 16.0), (8, 256, 16.0), (6, 11, 9.0), (8, 64, 24.0), (4, 64, 8.0))
 STARTS = 8  # flows per config, at init scales spread over 1e-5 .. 1e-2
@@ -22,15 +22,9 @@ def run(budget: Budget) -> dict:
     del budget
     ends = []
     for stride, chunks, gain in CONFIGS:
-        hist = reduced_flow(
-            key=jax.random.split(jax.random.PRNGKey(chunks), STARTS),
-            stride=stride,
-            chunks=float(chunks),
-            gain=gain,
-            init_scale=np.geomspace(1e-5, 1e-2, STARTS),
-            t_end=8000.0,
-            n_save=N_SAVE,
-        )
+        config = FlowConfig(stride=stride, chunks=chunks, gain=gain, t1=8000.0)
+        starts = keyed_starts(chunks, STARTS, 1, stride, np.geomspace(1e-5, 1e-2, STARTS))
+        hist = solve_from([config] * STARTS, starts)
         weights = np.asarray(hist.pooling_weights[:, -1, 0])
         ends.append(theory.covered(weights, stride).sum(axis=-1))
     return {"configs": CONFIGS, "support": ends}

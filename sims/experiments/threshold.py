@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 
-import jax
 import numpy as np
 
 from weakspots import theory
+from weakspots.idealized.config import FlowConfig
 from weakspots.sims.check import STRIDE, log_weights_centred
+from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
-from weakspots.sims.flow import reduced_flow
 
 GAINS = (12.0, 16.0, 20.0, 24.0)
 SEARCHED = (2, 1024)  # the chunk counts bisected; the two ends must disagree
@@ -26,17 +26,13 @@ def grows(chunks, gains) -> np.ndarray:
     exactly when uniform pooling is unstable, up to the solve's error (rtol 1e-10) and
     the start's nonlinear terms (relative size START).
     """
-    hist = reduced_flow(
-        key=jax.random.split(jax.random.PRNGKey(4), len(gains)),
-        stride=STRIDE,
-        chunks=np.asarray(chunks, float),
-        gain=np.asarray(gains, float),
-        init_scale=START,
-        ts=np.array([0.0, T_END]),
-        rtol=1e-10,
-        atol=1e-20,
-        event_level=None,
-    )
+    configs = [
+        FlowConfig(
+            stride=STRIDE, chunks=int(n), gain=float(g), t1=T_END, saves=2, rtol=1e-10, atol=1e-20
+        )
+        for n, g in zip(chunks, gains, strict=True)
+    ]
+    hist = solve_from(configs, keyed_starts(4, len(configs), 1, STRIDE, START))
     spread = np.linalg.norm(log_weights_centred(hist.pooling_weights), axis=(-2, -1))
     return spread[:, -1] > spread[:, 0]
 
@@ -61,7 +57,7 @@ def run(budget: Budget) -> dict:
 
 
 def predict(budget: Budget, results: dict) -> dict:
-    """N_c = 1 + 2 exp(gain/stride) (theory.critical_chunks, THEORY 6.3), per gain."""
+    """N_c = 1 + 2 exp(gain/stride) (theory.critical_chunks, docs/theory.md §6.3), per gain."""
     del budget
     return {"critical_chunks": [float(theory.critical_chunks(g, STRIDE)) for g in results["gains"]]}
 

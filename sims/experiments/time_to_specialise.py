@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import CHUNKS, GAIN, N_SAVE, STRIDE, mean_half_width
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.check import CHUNKS, GAIN, STRIDE, mean_half_width
+from weakspots.sims.experiments.canonical import solve_from
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row
-from weakspots.sims.flow import reduced_flow
 
 INIT_SCALES = (1e-6, 1e-4, 1e-2)
 STARTS = 8
@@ -17,20 +18,11 @@ def run(budget: Budget) -> dict:
     """t* (delta reaches 0.25, root-found) of STARTS reduced flows per init scale."""
     del budget
     rng = np.random.default_rng(STRIDE + CHUNKS)
+    config = FlowConfig(stride=STRIDE, chunks=CHUNKS, gain=GAIN, t1=3000.0, rtol=1e-9, atol=1e-14)
     times = []
     for init_scale in INIT_SCALES:
         logits0 = init_scale * rng.standard_normal((STARTS, 1, STRIDE))
-        hist = reduced_flow(
-            stride=STRIDE,
-            chunks=float(CHUNKS),
-            gain=GAIN,
-            init_pooling_logits=logits0,
-            t_end=3000.0,
-            rtol=1e-9,
-            atol=1e-14,
-            n_save=N_SAVE,
-        )
-        times.append(np.asarray(hist.specialization_time))
+        times.append(solve_from([config] * STARTS, logits0).specialization_time)
     return {"init_scales": INIT_SCALES, "times": times}
 
 

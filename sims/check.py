@@ -12,11 +12,13 @@ measurement's sampling noise (`mean_half_width`, `normal_half_width`).
 from __future__ import annotations
 
 import math
+import statistics
 
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig, TrainConfig
+from weakspots.idealized.metrics import mean_interval
 from weakspots.theory.reduced import centred_logits
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
@@ -37,24 +39,18 @@ FALSE_ALARM = 0.0027
 
 
 def mean_half_width(values, comparisons: int = 1) -> float:
-    """Half-width of the Student-t interval of the mean of `values` (n >= 2 draws).
-
-    The interval misses the true mean with probability FALSE_ALARM / comparisons. Returns
-    a float in the units of `values`.
-    """
-    from scipy import stats
-
-    values = np.asarray(values, float)
-    level = 1.0 - FALSE_ALARM / (2 * comparisons)
-    return float(stats.t.ppf(level, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size))
+    """Half-width of the Student-t interval of the mean of `values` (n >= 2 draws;
+    idealized.metrics.mean_interval), missing the true mean with probability
+    FALSE_ALARM / comparisons. Returns a float in the units of `values`."""
+    _, low, high = mean_interval(values, confidence=1.0 - FALSE_ALARM / comparisons)
+    return 0.5 * (high - low)
 
 
 def normal_half_width(variance, comparisons: int = 1) -> float:
     """Half-width of the normal interval of an estimate of known `variance`, missing the
     true value with probability FALSE_ALARM / comparisons (binomial: p (1 - p) / trials)."""
-    from scipy import stats
-
-    return float(stats.norm.ppf(1.0 - FALSE_ALARM / (2 * comparisons)) * math.sqrt(variance))
+    z = statistics.NormalDist().inv_cdf(1.0 - FALSE_ALARM / (2 * comparisons))
+    return float(z * math.sqrt(variance))
 
 
 def log_weights_centred(weights):

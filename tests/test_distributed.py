@@ -254,7 +254,9 @@ def test_a_peer_that_never_arrives_ends_the_wait(tmp_path):
         assert len(lines) == 1, process.stderr
         assert "not every process connected" in lines[0] and "within 5s" in lines[0]
         assert "--distributed-timeout" in lines[0]
-    assert not (tmp_path / "store0" / "runs").exists()
+    # The store was prepared (checked writable) before the wait, but holds no run.
+    assert not any((tmp_path / "store0" / "runs").iterdir())
+    assert store.completed_hashes(tmp_path / "store0") == set()
 
 
 def test_processes_that_plan_different_runs_stop(tmp_path):
@@ -337,10 +339,12 @@ def test_cli_slice_defaults_to_the_slurm_array_task(tmp_path, monkeypatch, capsy
     spec = tmp_path / "train.toml"
     spec.write_text(TRAIN_SPEC)
     runs = sweep.load_spec(spec).runs()
+    hashes = {r.hash for r in runs}
 
     def listed(*extra):
         assert main(["sweep", str(spec), "--store", str(tmp_path / "s"), "--dry-run", *extra]) == 0
-        return [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+        out = capsys.readouterr().out.splitlines()  # the dry run's table: a run's hash first
+        return [line.split()[0] for line in out if line.split()[:1] and line.split()[0] in hashes]
 
     assert listed() == [r.hash for r in runs]  # no array: every run
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")

@@ -43,8 +43,8 @@ kind = "flow"
 stride = 4
 chunks = 64
 init_scale = 0.01
-t_end = 200.0
-n_save = 21
+t1 = 200.0
+saves = 21
 [grid]
 gain = [8.0, 12.0, 16.0]
 seed = [0, 1]

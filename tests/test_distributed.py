@@ -221,6 +221,7 @@ def test_two_processes_equal_one(tmp_path):
         print(f"{kind}: {RUNS} runs, each once; largest difference from one process {largest:.2g}")
 
 
+@pytest.mark.slow  # two jax processes: about 15 s each on 2 loaded cores
 def test_a_peer_that_never_arrives_ends_the_wait(tmp_path):
     """Process 0 without process 1, and process 1 without a coordinator: exit 1, one line."""
     spec = tmp_path / "train.toml"
@@ -259,6 +260,7 @@ def test_a_peer_that_never_arrives_ends_the_wait(tmp_path):
     assert store.completed_hashes(tmp_path / "store0") == set()
 
 
+@pytest.mark.slow  # two jax processes: about 15 s each on 2 loaded cores
 def test_processes_that_plan_different_runs_stop(tmp_path):
     """Two processes given different slices: both stop before computing, naming the cause."""
     spec = tmp_path / "train.toml"

@@ -23,6 +23,16 @@ def make(results, predictions):
         label="theory: N_c = 1 + 2 exp(gain/stride)",
         **{**THEORY, "color": "white"},
     )
+    escape = predictions.get("escape_boundary")  # theory.escape_boundary_curve, if predicted
+    if escape:
+        ax.plot(
+            escape["chunks"],
+            escape["ratio"],
+            "o--",
+            ms=3,
+            color="orange",
+            label="theory: SGD escapes uniform pooling (d=64, P = 1/2 within the budget)",
+        )
     for p in results["sgd"]:
         special = p["support"] < 8
         ax.plot(

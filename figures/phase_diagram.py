@@ -31,7 +31,7 @@ def make(results, predictions):
             "o--",
             ms=3,
             color="orange",
-            label="theory: SGD escapes uniform pooling (d=64, P = 1/2 within the budget)",
+            label="theory: SGD escapes uniform (d=64, P=1/2)",
         )
     for p in results["sgd"]:
         special = p["support"] < 8

@@ -325,7 +325,9 @@ def learned_gain_outcome(
     Arguments as gain_race. If the gain wins the race, pooling stays uniform (k = s) and
     the gain is the 1-D flow's at t_end. Otherwise the support forms at the race's gain on
     its smallest admissible size (theory.stable_support_sizes; 1 if none) and the re-entry
-    ladder (support_ladder) runs to t_end. Semi-analytic (module docstring). Returns (k, gain).
+    ladder (support_ladder) runs to t_end. Semi-analytic (module docstring). One outcome for
+    every start: where the end state depends on the start, theory.selection.learned_gain_law
+    gives its distribution. Returns (k, gain).
     """
     t_spec, beta = gain_race(
         stride, chunks, init_gain, weight_decay, init_scale, t_end, gain_parametrisation

@@ -3,7 +3,8 @@
 Derivation (docs/theory_derivations.md, "Selection of the support size"; docs/theory.md §6.4,
 §6.5, §8). One head, mse, fixed gain beta, c = N/(N-1), w(m) = 2 sigma_N (1 - sigma_N)^2.
 
-1. Mean field. The flow of docs/theory.md §5 is da_j/dt = alpha_j (W(alpha_j) - sum_i alpha_i W(alpha_i))
+1. Mean field. The flow of docs/theory.md §5 is
+   da_j/dt = alpha_j (W(alpha_j) - sum_i alpha_i W(alpha_i))
    with W(alpha) = (c beta/s) w(beta alpha): every phase's logit obeys one 1-D equation
    driven by two common scalars (the normaliser and the mean fitness). Two phases never
    cross, so the phases keep the order of their starting logits, the end state covers the

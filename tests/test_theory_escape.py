@@ -9,11 +9,14 @@ import pytest
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.train import train_many
 from weakspots.theory.escape import (
+    escape_passage,
     escape_path_finite_d,
-    escape_probability,
     escape_rate,
+    escape_within,
+    escaped_weight,
     first_passage_time,
     kramers_rate,
+    passage_survival,
 )
 from weakspots.theory.noise_floor import uniform_moments
 
@@ -140,10 +143,15 @@ def _escaped_chains(path, stride, lr, batch, steps, chains, seed):
     return int(done.sum())
 
 
+def _one_saddle(path, stride, lr, batch, steps):
+    """P(the passage along one line has ended by `steps` steps), from uniform pooling."""
+    return 1.0 - passage_survival(escape_passage(path, stride, lr, batch), lr * steps)
+
+
 def _chain_check(path, stride, lr, batch, steps, chains=2000, seed=0):
     from scipy.stats import binom
 
-    p = escape_probability(escape_rate(path, stride, lr, batch)["rate"] / stride, lr * steps)
+    p = _one_saddle(path, stride, lr, batch, steps)
     escaped = _escaped_chains(path, stride, lr, batch, steps, chains, seed)
     return p, escaped, binom.interval(CHAIN_LEVEL, chains, p)
 
@@ -178,9 +186,9 @@ def test_transverse_modes_push_through_their_mean_force():
     rates = []
     for transverse in (noise, 0.4 * noise):
         path = _cubic_path(stride, barrier, saddle, noise, transverse, growth=1.5, fall=0.6)
-        predicted = escape_rate(path, stride, lr, batch)["rate"] / stride
+        predicted = -math.log(1.0 - _one_saddle(path, stride, lr, batch, steps))
         escaped = _escaped_chains(path, stride, lr, batch, steps, chains, seed=1)
-        measured = -math.log(1.0 - escaped / chains) / (lr * steps)
+        measured = -math.log(1.0 - escaped / chains)
         assert 1.0 / TRANSVERSE_RATE_FACTOR < measured / predicted < TRANSVERSE_RATE_FACTOR
         rates.append((predicted, measured))
     (hot, hot_measured), (cold, cold_measured) = rates
@@ -244,23 +252,30 @@ def test_discrete_escape_needs_noise_and_grows_with_it():
 
 ESCAPE_LEVEL = 0.95  # escaped-run count must fall in this central binomial interval
 ESCAPE_SEEDS = 64
-# (stride, chunks, dim, gain, lr, steps): two strides at two learning rates each and a third
-# stride, batch 256;
-# uniform pooling is linearly stable at d in all (lambda_d < 0) and escapes past a saddle
+# (stride, chunks, dim, gain, lr, steps), batch 256: three strides, two learning rates at
+# s=4 and s=6, two context lengths at s=8; uniform pooling linearly stable at d in all
+# (lambda_d < 0), a lower (s-1)-phase state past a saddle 0.3 to 5 temperatures up
+SHALLOW = pytest.mark.xfail(
+    strict=True,
+    reason="barrier under 0.5 T: no activated escape; the s saddles do not compete "
+    "independently (the simulated recursion with all modes matches SGD there)",
+)
 ESCAPE_POINTS = [
     (4, 64, 64, 16.0, 2.0, 600),
     (4, 64, 64, 16.0, 1.0, 1200),
-    (6, 17, 48, 12.0, 1.0, 600),
+    pytest.param(6, 17, 48, 12.0, 1.0, 600, marks=SHALLOW),  # 0.26 T: 0.35 vs SGD 32/64
     (6, 17, 48, 12.0, 0.5, 1200),
     (5, 30, 64, 14.0, 0.5, 1200),
+    (8, 15, 64, 16.0, 2.0, 600),
+    pytest.param(8, 16, 64, 16.0, 2.0, 600, marks=SHALLOW),  # 0.39 T: 0.73 vs SGD 54/64
 ]
 
 
-@pytest.mark.slow  # 2-5 min per point on 2 cores
+@pytest.mark.slow  # 1-4 min per point on 2 cores
 @pytest.mark.parametrize(("stride", "chunks", "dim", "gain", "lr", "steps"), ESCAPE_POINTS)
 def test_escape_probability_matches_sgd(stride, chunks, dim, gain, lr, steps):
-    """64 SGD seeds of the trainer against P(escape within `steps`) of escape_rate on the
-    L_d path; escaped means min alpha < 0.1 at the end."""
+    """64 SGD seeds of the trainer against escape_within; a run has escaped once its smallest
+    pooling weight reached escaped_weight (the end of the passage), checked every 10 steps."""
     from scipy.stats import binom
 
     from weakspots.theory import growth_rate_finite_d
@@ -268,26 +283,27 @@ def test_escape_probability_matches_sgd(stride, chunks, dim, gain, lr, steps):
     assert growth_rate_finite_d(stride, chunks, gain, dim) < 0  # metastable, not unstable
     config = TrainConfig(
         stride=stride, chunks=chunks, dim=dim, gain=gain, lr=lr, steps=steps,
-        eval_every=steps, eval_samples=256,
+        eval_every=10, eval_samples=16,
     )  # fmt: skip
-    path = escape_path_finite_d(stride, chunks, dim, gain)
-    p = escape_probability(escape_rate(path, stride, lr, config.batch)["rate"], lr * steps)
+    p = escape_within(stride, chunks, gain, dim, lr, config.batch, steps)
+    level = escaped_weight(stride)
     results = train_many([config.replace(seed=s) for s in range(ESCAPE_SEEDS)])
-    escaped = sum(float(np.min(r.model.pooling_weights())) < 0.1 for r in results)
+    escaped = sum(float(np.min(r.history.pooling_weights)) <= level for r in results)
     low, high = binom.interval(ESCAPE_LEVEL, ESCAPE_SEEDS, p)
     assert low <= escaped <= high, (p, escaped)
 
 
 @pytest.mark.slow  # about 1 min on 2 cores
-def test_escape_rate_agrees_with_the_simulated_recursion():
-    """Consistency: the analytic rate against the SGD recursion on L_d with the path's noise
-    (theory.escape_fraction_discrete, all s - 1 zero-sum modes, 1024 chains), s=4 N=64 d=64."""
+def test_escape_agrees_with_the_simulated_recursion():
+    """Consistency: the passage's 1 - S^s against the SGD recursion on L_d with the path's
+    noise (theory.escape_fraction_discrete, all s - 1 zero-sum modes, 1024 chains),
+    s=4 N=64 d=64 lr 2, 600 steps."""
     from scipy.stats import binom
 
     from weakspots.theory import escape_fraction_discrete
 
     path = escape_path_finite_d(4, 64, 64, 16.0)
-    p = escape_probability(escape_rate(path, 4, 2.0, 256)["rate"], 1200.0)
+    p = 1.0 - passage_survival(escape_passage(path, 4, 2.0, 256), 1200.0) ** 4
     chains = 1024
     simulated = escape_fraction_discrete(path, 4, 64, 64, 16.0, 2.0, 256, 600, 0.01, chains)
     low, high = binom.interval(ESCAPE_LEVEL, chains, p)

@@ -21,9 +21,9 @@ from weakspots.theory.selection import (
 EXACT = 1e-12  # float64 sums of the same terms in another order
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_block_loss_is_the_reduced_loss_of_the_expanded_state(heads):
+def test_block_loss_is_the_reduced_loss_of_the_expanded_state():
     rng = np.random.default_rng(0)
+    heads = 2
     blocks = [(0, 3), (3, 4), (4, 5), (5, 9)]
     multiplicity = np.array([b - a for a, b in blocks], float)
     logits = rng.standard_normal((heads, len(blocks)))
@@ -39,7 +39,7 @@ def test_the_flow_keeps_the_order_of_the_starting_logits():
     """Mean field: every phase follows one 1-D equation, so phases never cross; the end
     state covers the k largest starting logits."""
     rng = np.random.default_rng(1)
-    starts = 0.01 * rng.standard_normal((16, 1, 7))
+    starts = 0.01 * rng.standard_normal((8, 1, 7))
     weights, _ = block_flow(starts, np.ones(7), 14.0, 30, 7, 4000.0)
     for start, end in zip(starts[:, 0], weights[:, 0], strict=True):
         order = np.argsort(-start)
@@ -58,11 +58,11 @@ def test_cut_blocks_partition_the_ranks_around_the_cuts():
 
 def test_blom_order_statistics_are_within_their_stated_error():
     # Blom's approximation is within 0.02 of the exact expected normal order statistics for
-    # s >= 4 (largest of 4: 1.0491 against 1.0294); 2e5 sampled vectors put the Monte Carlo
-    # error near 0.002.
+    # s >= 4 (largest of 4: 1.0491 against 1.0294); 5e4 sampled vectors put the Monte Carlo
+    # error near 0.004.
     rng = np.random.default_rng(2)
     for s in (4, 9, 16):
-        sampled = -np.sort(-rng.standard_normal((200_000, s)), axis=-1).mean(axis=0)
+        sampled = -np.sort(-rng.standard_normal((50_000, s)), axis=-1).mean(axis=0)
         np.testing.assert_allclose(expected_order_statistics(s), sampled, atol=0.025)
 
 
@@ -158,6 +158,7 @@ def test_learned_gain_law_matches_the_flow_where_the_end_state_depends_on_the_st
         assert np.median(gains[k == size]) == pytest.approx(law["gain"][int(size)], rel=1e-3)
 
 
+@pytest.mark.slow  # about 15 s on 2 cores
 def test_learned_gain_law_reaches_theorys_weight_decay_grid():
     """docs/theory.md §6.6 (s=8, N=64, gain from 1, linear, t = 2e5): wd 3e-4 ends on 3
     phases at gain 17.5; the law puts all its mass there."""

@@ -15,13 +15,16 @@ from .escape import delta_max_with_escape as delta_max_with_escape
 from .escape import escape_boundary as escape_boundary
 from .escape import escape_boundary_curve as escape_boundary_curve
 from .escape import escape_fraction_discrete as escape_fraction_discrete
+from .escape import escape_passage as escape_passage
 from .escape import escape_path as escape_path
 from .escape import escape_path_finite_d as escape_path_finite_d
 from .escape import escape_probability as escape_probability
 from .escape import escape_rate as escape_rate
 from .escape import escape_within as escape_within
+from .escape import escaped_weight as escaped_weight
 from .escape import first_passage_time as first_passage_time
 from .escape import kramers_rate as kramers_rate
+from .escape import passage_survival as passage_survival
 from .finite_d import critical_chunks_finite_d as critical_chunks_finite_d
 from .finite_d import critical_gain_finite_d as critical_gain_finite_d
 from .finite_d import finite_d_loss as finite_d_loss

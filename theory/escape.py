@@ -24,10 +24,12 @@ docs/theory_derivations.md, "Escape rate"):
    to O(eta) the weak second-order modified equation f - (eta/2) f f', T (1 - eta f'), plus
    its O(eta) terms -(eta/2) T f'' and -(eta/2) f T' (_modified_diffusion). This carries the
    step size into the passage.
-4. Passage. The exact mean first-passage time of that 1-D diffusion from the well
-   (reflecting on its far side) to past the saddle (absorbing) is one quadrature
-   (first_passage_time); the s saddles give the rate R = s / tau and
-   P(escaped by t) = 1 - exp(-R t).
+4. Passage. The Fokker-Planck equation of that 1-D diffusion, from uniform pooling, with
+   the well's far side reflecting and the path's end absorbing, gives the survival S(t)
+   (passage_survival: one dimension, a matrix exponential); the s saddles compete
+   independently: P(escaped by t) = 1 - S(t)^s. Its mean first-passage time tau (one
+   quadrature, first_passage_time) gives the rate R = s / tau of the exponential law that
+   this approaches once the barrier is several temperatures (escape_rate).
 
 At a high barrier, constant noise and constant transverse curvature this is Kramers-Langer
 over s saddles (kramers_rate). The line, its curvatures and noise assume the transverse
@@ -189,16 +191,16 @@ def escape_path_finite_d(stride, chunks, dim, gain, drops=None, samples=2**14, s
     return _path_dict(drops, loss, hess, g2 - g1[:, :, None] * g1[:, None, :])
 
 
-def escape_rate(path, stride, lr, batch, grid=4000):
-    """Rate of escape of SGD from uniform pooling over the s drop-one-phase saddles (module docstring).
+def escape_passage(path, stride, lr, batch, grid=4000):
+    """The 1-D passage along one drop-one-phase line (module docstring, steps 1-3).
 
     path: escape_path's or escape_path_finite_d's dict; stride s; SGD lr eta and batch B
     (time t = eta n). The loss maximum past u = 0 is the saddle; the passage runs from the
     lowest drop where the transverse curvature is still positive (reflecting) to the path's
-    end (absorbing). Returns a dict: rate (per unit t, all s saddles), kramers_rate (harmonic
-    Kramers-Langer at the well's temperature, s saddles, no step-size or transverse
-    corrections), barrier, temperature (eta c / 2B at the well), saddle_drop; rate 0 and
-    barrier inf where the loss does not fall past a maximum.
+    end (absorbing), on `grid` points. Returns a dict: x, drift, diffusion (grid,) of the
+    matched diffusion, barrier, temperature (eta c / 2B at the well), saddle_drop, and the
+    harmonic data of Kramers-Langer (well_curvature, saddle_curvatures); None where the loss
+    does not fall past a maximum.
     """
     from scipy.interpolate import CubicSpline
 
@@ -206,11 +208,8 @@ def escape_rate(path, stride, lr, batch, grid=4000):
     drop, x, loss = path["drop"], path["x"], path["loss"]
     well = int(np.argmin(np.abs(drop)))
     top = well + int(np.argmax(loss[well:]))
-    temperature = lr * path["noise"][well] / (2.0 * batch)
-    none = {"rate": 0.0, "kramers_rate": 0.0, "barrier": math.inf, "temperature": temperature}
     if top == well or top == len(x) - 1 or loss[-1] >= loss[top]:
-        return none | {"saddle_drop": math.nan}
-    barrier = float(loss[top] - loss[well])
+        return None
     stable = path["transverse_curvature"] > 0
     start = well - int(np.argmin(stable[well::-1])) + 1 if not stable[: well + 1].all() else 0
     fine = np.linspace(x[start], x[-1], grid)
@@ -218,7 +217,6 @@ def escape_rate(path, stride, lr, batch, grid=4000):
     def spline(key):
         return CubicSpline(x[start:], path[key][start:])
 
-    force = spline("loss")
     mu = spline("transverse_curvature")
     mu_x = mu(fine)
     if np.any(lr * mu_x >= 2.0):
@@ -226,20 +224,85 @@ def escape_rate(path, stride, lr, batch, grid=4000):
     t_along = lr * spline("noise")(fine) / (2.0 * batch)
     # stationary variance of one transverse mode of the discrete recursion at fixed x
     var_across = lr * spline("transverse_noise")(fine) / (batch * mu_x * (2.0 - lr * mu_x))
-    drift = -force(fine, 1) - 0.5 * (s - 2) * mu(fine, 1) * var_across
-    drift_slope = np.gradient(drift, fine)
-    modified, diffusion = _modified_diffusion(fine, drift, drift_slope, t_along, lr)
-    tau = first_passage_time(fine, modified, diffusion)
-    kappa = path["curvature"][well]
-    saddle = [path["curvature"][top]] + [path["transverse_curvature"][top]] * (s - 2)
-    kramers = s * kramers_rate(barrier, temperature, [kappa] * (s - 1), saddle)
+    drift = -spline("loss")(fine, 1) - 0.5 * (s - 2) * mu(fine, 1) * var_across
+    modified, diffusion = _modified_diffusion(fine, drift, np.gradient(drift, fine), t_along, lr)
+    return {
+        "x": fine,
+        "drift": modified,
+        "diffusion": diffusion,
+        "barrier": float(loss[top] - loss[well]),
+        "temperature": float(lr * path["noise"][well] / (2.0 * batch)),
+        "saddle_drop": float(drop[top]),
+        "well_curvature": float(path["curvature"][well]),
+        "saddle_curvatures": [path["curvature"][top]]
+        + [path["transverse_curvature"][top]] * (s - 2),
+    }
+
+
+def escape_rate(path, stride, lr, batch, grid=4000):
+    """Rate of escape of SGD from uniform pooling over the s drop-one-phase saddles (module docstring).
+
+    Arguments as escape_passage. R = s / tau with tau the mean first-passage time of the
+    passage (first_passage_time): the rate of the exponential law the survival approaches
+    once the barrier is several temperatures (escape_within uses the survival itself).
+    Returns a dict: rate (per unit t, all s saddles), kramers_rate (harmonic Kramers-Langer
+    at the well's temperature, s saddles, no step-size or transverse corrections), barrier,
+    temperature, saddle_drop; rate 0 and barrier inf where the loss does not fall past a
+    maximum.
+    """
+    s = int(stride)
+    passage = escape_passage(path, s, lr, batch, grid)
+    if passage is None:
+        temperature = lr * path["noise"][int(np.argmin(np.abs(path["drop"])))] / (2.0 * batch)
+        return {"rate": 0.0, "kramers_rate": 0.0, "barrier": math.inf,
+                "temperature": float(temperature), "saddle_drop": math.nan}  # fmt: skip
+    tau = first_passage_time(passage["x"], passage["drift"], passage["diffusion"])
+    kramers = s * kramers_rate(
+        passage["barrier"],
+        passage["temperature"],
+        [passage["well_curvature"]] * (s - 1),
+        passage["saddle_curvatures"],
+    )
     return {
         "rate": s / tau,
         "kramers_rate": kramers,
-        "barrier": barrier,
-        "temperature": float(temperature),
-        "saddle_drop": float(drop[top]),
+        "barrier": passage["barrier"],
+        "temperature": passage["temperature"],
+        "saddle_drop": passage["saddle_drop"],
     }
+
+
+def passage_survival(passage, time, start=0.0, cells=400):
+    """S(t): probability that the passage has not reached its absorbing end by time t.
+
+    passage: escape_passage's dict; time t (scalar or (T,)); start: the starting x (0: uniform
+    pooling). The Fokker-Planck equation of the passage's diffusion on `cells` finite volumes
+    (central fluxes, no flux through the reflecting end, the last cell a sink), solved by
+    the matrix exponential. Returns a float or (T,).
+    """
+    from scipy.linalg import expm
+
+    x = np.linspace(passage["x"][0], passage["x"][-1], cells)
+    drift = np.interp(x, passage["x"], passage["drift"])
+    diffusion = np.interp(x, passage["x"], passage["diffusion"])
+    h = x[1] - x[0]
+    mid = 0.5 * (drift[:-1] + drift[1:])
+    # flux between cells i and i + 1: mid (p_i + p_{i+1}) / 2 - (D_{i+1} p_{i+1} - D_i p_i) / h
+    left = mid / 2.0 + diffusion[:-1] / h
+    right = mid / 2.0 - diffusion[1:] / h
+    generator = np.zeros((cells, cells))
+    i = np.arange(cells - 1)
+    generator[i, i] -= left / h
+    generator[i, i + 1] -= right / h
+    generator[i + 1, i] += left / h
+    generator[i + 1, i + 1] += right / h
+    generator[-1, :] = 0.0  # the absorbing end: what enters the last cell leaves
+    generator[:, -1] = 0.0
+    p0 = np.zeros(cells)
+    p0[int(np.argmin(np.abs(x - start)))] = 1.0
+    times = np.atleast_1d(np.asarray(time, float))
+    out = np.array([np.sum((expm(generator * t) @ p0)[:-1]) for t in times])
+    return float(out[0]) if np.ndim(time) == 0 else out
 
 
 def _modified_diffusion(x, drift, slope, temperature, lr):
@@ -300,7 +363,7 @@ def delta_max_with_escape(
 
 @functools.partial(jit, static_argnums=(5, 6))
 def _discrete_escapes(
-    key, coefficients, drops, noise, transverse_noise, steps, chains, lr, batch, init
+    key, coefficients, drops, noise, transverse_noise, steps, chains, lr, batch, init, level
 ):
     s = init.shape[0]
     grad = jax.grad(interpolated_finite_d_loss)
@@ -323,7 +386,7 @@ def _discrete_escapes(
     def chain(k):
         a0 = init * jax.random.normal(jax.random.fold_in(k, steps), (s,))
         a, _ = jax.lax.fori_loop(0, steps, step, (a0, k))
-        return jnp.min(jax.nn.softmax(a)) < 0.1
+        return jnp.min(jax.nn.softmax(a)) <= level
 
     return jnp.mean(jax.vmap(chain)(jax.random.split(key, chains)))
 
@@ -339,7 +402,9 @@ def escape_fraction_discrete(
     phase, u its drop and c, c_perp read off `path` (escape_path_finite_d). Unlike
     escape_rate it keeps all s - 1 zero-sum modes (no 1-D reduction) and SGD's discrete
     steps: a simulation of the recursion escape_rate reduces, for consistency checks.
-    Escaped: min alpha < 0.1 at the end. Returns a float.
+    Escaped: min alpha at the end at or below escaped_weight (the weight of the phase
+    dropped to the path's end, where the passage ends).
+    Returns a float.
     """
     coefficients = jnp.asarray(per_phase_loss_coefficients(float(chunks), float(gain), float(dim)))
     return float(
@@ -354,8 +419,17 @@ def escape_fraction_discrete(
             float(lr),
             float(batch),
             jnp.full(int(stride), float(init_scale)),
+            escaped_weight(stride, np.max(path["drop"])),
         )
     )
+
+
+def escaped_weight(stride, drop=None):
+    """e^-u / (e^-u + s - 1): the weight of a phase dropped by u, by default to the end of
+    the default path (its largest drop). The passage ends there; a run counts as escaped once
+    its smallest pooling weight is at or below it."""
+    u = float(np.max(_path_drops(None))) if drop is None else float(drop)
+    return math.exp(-u) / (math.exp(-u) + int(stride) - 1)
 
 
 def escape_within(stride, chunks, gain, dim, lr, batch, steps, samples=2**14, seed=0):
@@ -363,14 +437,19 @@ def escape_within(stride, chunks, gain, dim, lr, batch, steps, samples=2**14, se
 
     stride s, chunks N, gain beta, dim d, lr eta, batch B, steps n (one head, mse, fixed gain).
     1 where uniform pooling is linearly unstable at d (theory.growth_rate_finite_d > 0);
-    else escape_probability of escape_rate on the L_d path (escape_path_finite_d, its noise
-    from `samples` problems drawn from `seed`): 0 where no lower state lies past a saddle.
+    else 1 - S(eta n)^s with S the survival of the passage on the L_d path from uniform
+    pooling (escape_passage, passage_survival; the path's noise from `samples` problems
+    drawn from `seed`), the s saddles competing independently: 0 where no lower state lies
+    past a saddle. Escaped means the smallest pooling weight reached escaped_weight.
     Returns a float.
     """
     if growth_rate_finite_d(stride, chunks, gain, dim) > 0.0:
         return 1.0
     path = escape_path_finite_d(stride, chunks, dim, gain, samples=samples, seed=seed)
-    return escape_probability(escape_rate(path, stride, lr, batch)["rate"], lr * steps)
+    passage = escape_passage(path, stride, lr, batch)
+    if passage is None:
+        return 0.0
+    return 1.0 - passage_survival(passage, lr * steps) ** int(stride)
 
 
 def escape_boundary(stride, gain, dim, lr, batch, steps, samples=2**12, seed=0, low=3):

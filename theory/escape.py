@@ -1,9 +1,9 @@
-"""Escape of SGD from metastable uniform pooling at finite d (docs/theory.md §8, "finite-d onset").
+"""Escape of SGD from metastable uniform pooling at finite d (docs/theory.md §7.11, §9.2).
 
 Where uniform pooling is a local minimum of the finite-d loss L_d but an (s-1)-phase state
 lies lower past a saddle, SGD's gradient noise carries runs over the saddle. Derivation
 (one head, fixed gain, SGD with learning rate eta and batch B, time t = eta n;
-docs/theory_derivations.md, "Escape rate"):
+docs/theory_derivations.md §2):
 
 1. Saddles. By phase symmetry there are s equivalent saddles, one per phase to drop, each
    on the line a = -u e_j (phase j's logit lowered, the others equal): the fixed set of the

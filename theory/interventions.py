@@ -22,7 +22,7 @@ the alias entry merged into the needle; each class's H logits drawn from their H
 Gaussian law) from a fixed seed, so the prediction is deterministic
 and every call draws alike (common random numbers: ablation effects are differences of
 correlated estimates). Its error is the binomial one of the contexts drawn (why not a
-mean partition function: docs/theory_derivations.md, "Head-averaged readout").
+mean partition function: docs/theory_derivations.md §4).
 
 Chunking variants enter through the entry layout: with boundaries shifted by o_h tokens a
 needle at phase phi sits at head phase (phi - o_h) mod s (staggered heads; an offset

@@ -1,7 +1,7 @@
 """Which support size the d = inf flow selects from near-uniform starts: the cut-local race.
 
-Derivation (docs/theory_derivations.md, "Selection of the support size"; docs/theory.md §6.4,
-§6.5, §8). One head, mse, fixed gain beta, c = N/(N-1), w(m) = 2 sigma_N (1 - sigma_N)^2.
+Derivation (docs/theory.md §9.1; docs/theory_derivations.md §1; built on §5, §6.2, §6.4,
+§6.5). One head, mse, fixed gain beta, c = N/(N-1), w(m) = 2 sigma_N (1 - sigma_N)^2.
 
 1. Mean field. The flow of docs/theory.md §5 is
    da_j/dt = alpha_j (W(alpha_j) - sum_i alpha_i W(alpha_i))
@@ -304,7 +304,7 @@ def learned_gain_law(
     seed=0,
     halfwidth=1,
 ):
-    """P(k) and the gain of the learned-gain flow's end state at t_end (docs/theory.md §6.6).
+    """P(k) and the gain of the learned-gain flow's end state at t_end (docs/theory.md §9.1, §6.6).
 
     One head, mse, gain learned from init_gain under the penalty weight_decay/2 beta^2,
     parametrised as in sims.flow ("log" | "linear"); starts init_scale * N(0, 1) from seed.

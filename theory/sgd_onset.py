@@ -1,7 +1,7 @@
-"""SGD's time to specialise: the unstable linear recursion with gradient noise (docs/theory.md §7).
+"""SGD's time to specialise: the unstable linear recursion with gradient noise (docs/theory.md §9.3).
 
-Derivation (one head, fixed gain; docs/theory_derivations.md, "Time to specialise under
-SGD"). Past the threshold, SGD's zero-sum pooling-logit modes follow, near uniform pooling,
+Derivation (one head, fixed gain; docs/theory_derivations.md §3). Past the threshold,
+SGD's zero-sum pooling-logit modes follow, near uniform pooling,
 
     u_{n+1} = (1 + eta lambda) u_n - eta xi_n,   Var xi_n = c / B per mode, independent,
 

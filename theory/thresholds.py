@@ -225,11 +225,9 @@ def specialization_time(
         log_diff = math.log(np.linalg.norm(diff) + 1e-300) if heads > 1 else -math.inf
         rays = [diff if heads > 1 else common]
     else:
-        log_common = (
-            math.log(init_scale) + log_chi_mean(stride - 1)
-            if heads == 1
-            else (math.log(init_scale) + log_chi_mean(stride - 1) + 0.5 * math.log(heads))
-        )
+        # the common mode repeats the heads' mean (variance init_scale^2 / H per entry) on
+        # each of the H heads: its Frobenius norm is init_scale chi_{s-1}, whatever H
+        log_common = math.log(init_scale) + log_chi_mean(stride - 1)
         log_diff = (
             math.log(init_scale) + log_chi_mean((heads - 1) * (stride - 1))
             if heads > 1

@@ -110,21 +110,15 @@ def total_variation(p, q):
 @pytest.mark.slow  # about 25 min on 2 cores
 @pytest.mark.parametrize(("stride", "chunks", "gain", "heads"), LAW_CONFIGS)
 def test_support_size_law_matches_the_flow(stride, chunks, gain, heads):
-    """The law from 512 starts against sims.flow.reduced_flow from 256 other starts (init
+    """The law from 512 starts against sims.flow.solve_many from 256 other starts (init
     scale 0.01, the law's horizon): total variation within TV_TARGET."""
-    from weakspots.sims.flow import reduced_flow
+    from weakspots.idealized.config import FlowConfig
+    from weakspots.sims.flow import solve_many, stack
 
     law = support_size_law(stride, chunks, gain, heads, samples=LAW_SAMPLES, seed=1)
     starts = 0.01 * np.random.default_rng(2).standard_normal((FLOW_STARTS, heads, stride))
-    history = reduced_flow(
-        stride=stride,
-        chunks=chunks,
-        heads=heads,
-        gain=gain,
-        init_pooling_logits=starts,
-        ts=np.array([0.0, law["t_end"]]),
-        event_level=None,
-    )
+    config = FlowConfig(stride=stride, chunks=chunks, heads=heads, gain=gain, t1=law["t_end"])
+    history = stack(solve_many([config] * FLOW_STARTS, starts=list(starts)))
     final = np.asarray(history.pooling_weights)[:, -1]
     k = (final > COVERED / stride).any(axis=1).sum(axis=-1)
     sizes, counts = np.unique(k, return_counts=True)
@@ -139,16 +133,17 @@ def test_learned_gain_law_matches_the_flow_where_the_end_state_depends_on_the_st
     interval of 128 flows, and its gains equal the flow's."""
     from scipy.stats import binom
 
-    from weakspots.sims.flow import reduced_flow
+    from weakspots.idealized.config import FlowConfig
+    from weakspots.sims.flow import solve_many, stack
 
     s, n, wd, flows = 6, 40, 2e-3, 128
     law = learned_gain_law(s, n, 1.0, wd, 0.01, 2e5, "linear", samples=512, seed=3)
     starts = 0.01 * np.random.default_rng(4).standard_normal((flows, 1, s))
-    history = reduced_flow(
+    config = FlowConfig(
         stride=s, chunks=n, gain=1.0, learn_gain=True, weight_decay=wd,
-        init_pooling_logits=starts, ts=np.array([0.0, 2e5]), gain_parametrisation="linear",
-        event_level=None,
+        gain_parametrisation="linear", t1=2e5,
     )  # fmt: skip
+    history = stack(solve_many([config] * flows, starts=list(starts)))
     k = (np.asarray(history.pooling_weights)[:, -1, 0] > COVERED / s).sum(axis=-1)
     gains = np.asarray(history.gain)[:, -1, 0]
     assert set(np.unique(k)) <= set(law["law"])

@@ -51,6 +51,7 @@ import numpy as np
 
 from weakspots.idealized.xla import jit
 
+from .reduced import centred_logits
 from .support import reentry_rate
 from .thresholds import specialization_time
 
@@ -190,7 +191,8 @@ def typical_cuts(stride, chunks, gain, heads=1, loss="mse", t_end=None):
     """
     s = int(stride)
     q = expected_order_statistics(s)
-    q = (q - q.mean()) / np.linalg.norm(q - q.mean())
+    q = centred_logits(q)
+    q = q / np.linalg.norm(q)
     start = 1e-4 * (q[None] if heads == 1 else np.stack([q, -q]) / math.sqrt(2.0))
     if t_end is None:
         t_end = _horizon(s, chunks, gain, heads, loss, 1e-4)
@@ -338,7 +340,8 @@ def learned_gain_law(
         gain_parametrisation=gain_parametrisation,
     )
     q = expected_order_statistics(s)
-    q = 1e-4 * (q - q.mean()) / np.linalg.norm(q - q.mean())
+    q = centred_logits(q)
+    q = 1e-4 * q / np.linalg.norm(q)
     typical, _ = flow(q[None, None], np.ones(s))
     cut = int((typical[0, 0] > COVERED / s).sum())
     blocks = cut_blocks(s, (cut,), halfwidth)

@@ -29,7 +29,7 @@ from weakspots.idealized.xla import jit
 
 from .needle_mass import sigma_n
 from .quadrature import log_chi_mean
-from .reduced import LOSSES, reduced_loss
+from .reduced import LOSSES, centred_logits, reduced_loss
 
 
 def _sigma_derivatives(margin, chunks):
@@ -134,7 +134,7 @@ def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.2
     v = np.asarray(direction, float)
     if v.ndim == 2:
         v = v[None]
-    v = v - v.mean(axis=-1, keepdims=True)
+    v = centred_logits(v)
     v = v / np.linalg.norm(v, axis=(-2, -1), keepdims=True)
     heads = v.shape[1]
     betas = jnp.full((heads,), float(gain))
@@ -164,7 +164,7 @@ def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.2
 
 def _isotropic_directions(rng, count, heads, stride):
     z = rng.standard_normal((count, heads, stride))
-    z = z - z.mean(axis=-1, keepdims=True)
+    z = centred_logits(z)
     if heads > 1:  # the dominant (differential) subspace
         z = z - z.mean(axis=1, keepdims=True)
     return z
@@ -219,7 +219,7 @@ def specialization_time(
     rng = np.random.default_rng(seed)
     if pooling_logits is not None:
         a0 = np.asarray(pooling_logits, float)
-        centred = a0 - a0.mean(axis=-1, keepdims=True)
+        centred = centred_logits(a0)
         common, diff = (np.asarray(x) for x in _split_modes(jnp.asarray(centred)))
         log_common = math.log(np.linalg.norm(common) + 1e-300)
         log_diff = math.log(np.linalg.norm(diff) + 1e-300) if heads > 1 else -math.inf

@@ -33,6 +33,10 @@ def register(subparsers) -> None:
         help="theory's predictions: threshold, growth rate, support size, accuracy, t*",
         description="Closed-form and semi-analytic predictions of theory/ for one config "
         "(no training). --dim adds the finite-d per-phase accuracy.",
+        epilog=common.examples(
+            "weakspots predict --chunks 64 --gain 16",
+            "weakspots predict --stride 4 --chunks 40 --dim 64 --json",
+        ),
     )
     common.add_model_flags(parser)
     parser.set_defaults(dim=None)  # optional here: accuracy at d only when asked for

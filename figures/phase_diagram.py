@@ -46,15 +46,16 @@ def make(results, predictions):
             mec="black",
             label=f"theory: half the runs escape at N = {predictions['escape_chunks']:.1f}",
         )
-    escape = predictions.get("escape_boundary")  # theory.escape_boundary_curve, if predicted
+    escape = predictions.get("escape_boundary")  # theory.escape_boundary_curve
     if escape:
         ax.plot(
             escape["chunks"],
             escape["ratio"],
-            "o--",
-            ms=3,
+            "D--",
+            ms=5,
             color="orange",
-            label="theory: SGD escapes uniform (d=64, P=1/2)",
+            mec="black",
+            label="theory: N_esc, SGD escapes uniform (d=64, P=1/2)",
         )
     for p in results["sgd"]:
         special = p["support"] < 8

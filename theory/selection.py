@@ -133,7 +133,7 @@ def block_flow(
     logits (B, H, C) starts; multiplicity (C,); gain scalar or (H,) (the start, when
     learned); chunks N; stride s; t_end; loss; learn_gain: the gain follows
     -dL/dbeta - weight_decay beta ("linear") or its log does beta times that ("log"), as in
-    sims.flow.reduced_flow. Tsit5 with a PID controller (rtol 1e-7), float64. Returns
+    sims.flow.solve_many. Tsit5 with a PID controller (rtol 1e-7), float64. Returns
     (weights (B, H, C) of each phase of each block at t_end, gains (B, H)); nan where the
     solve failed.
     """

@@ -197,7 +197,7 @@ def specialization_time(
 ):
     """t*: first time the order parameter delta = |P a|_F reaches event_level (docs/theory.md §7).
 
-    Definitions shared with sims.flow.reduced_flow: delta(t) = Frobenius norm of the
+    Definitions shared with sims.flow.solve_many: delta(t) = Frobenius norm of the
     per-head centred pooling logits (= |log alpha - mean log alpha|, a function of the
     pooling weights); the event is delta = event_level (default 0.25: the end of the
     linear phase, weights off uniform by about 10%; the later collapse onto a support

@@ -157,8 +157,9 @@ def predictions(
     phases per head of theory.predicted_coverage's most probable outcome. With d (one
     head, mse), `finite_d` holds the numbers at d: threshold N_c(d), lambda_d, stability,
     admissible sizes, the support from the L_d flow and its delta_max, SGD's median t*
-    (theory.sgd_specialization_time) and escape_boundary: P(escape within steps) of SGD from
-    uniform pooling (theory.escape_within) and, if asked, N_esc (theory.escape_boundary).
+    (theory.sgd_specialization_time); and escape_boundary (None without d): P(escape within
+    steps) of SGD from uniform pooling (theory.escape_within) and, if asked, N_esc
+    (theory.escape_boundary).
     """
     lam = float(theory.growth_rate(stride, chunks, gain, heads, loss))
     uniform_stable = not lam > 0
@@ -222,11 +223,13 @@ def predictions(
         "predicted_phase_accuracy": at,
         "predicted_delta_max": at,
     }
-    out["finite_d"] = None
+    out["finite_d"] = out["escape_boundary"] = None
     if dim is not None and heads == 1 and loss == "mse":
         out["finite_d"] = finite_d_predictions(
             stride, chunks, gain, dim, init_scale, samples, lr, batch, steps, escape_boundary
         )
+        out["escape_boundary"] = out["finite_d"].pop("escape_boundary")
+        out["dim_of"] |= {"finite_d": dim, "escape_boundary": dim}
     return out
 
 
@@ -322,10 +325,22 @@ def text_report(args: argparse.Namespace, out: dict) -> str:
         title += f" d={args.dim}"
     rows = []
     finite = out.get("finite_d") or {}
-    items = [(k, v) for k, v in out.items() if k not in ("dim_of", "finite_d")]
-    items += [(f"at d={finite['dim']}: {k}", v) for k, v in finite.items() if k != "dim"]
+    dim_of = out.get("dim_of", {})
+    items = [
+        (k if args.dim is None else f"{k} [d={dim_of.get(k, 'inf')}]", v)
+        for k, v in out.items()
+        if k not in ("dim_of", "finite_d", "escape_boundary")
+    ]
+    items += [(f"{k} [d={finite['dim']}]", v) for k, v in finite.items() if k != "dim"]
+    if out.get("escape_boundary") is not None:
+        escape = out["escape_boundary"]
+        where = f"lr {escape['lr']:g}, batch {escape['batch']}, {escape['steps']} steps"
+        items += [
+            (f"p_escape [d={args.dim}] ({where})", escape["p_escape"]),
+            (f"escape_boundary chunks [d={args.dim}]", escape["chunks"]),
+        ]
     for key, value in items:
-        if key == "predicted_phase_accuracy" and value is not None:
+        if key.startswith("predicted_phase_accuracy") and value is not None:
             value = common.sparkline(value) + "  " + " ".join(f"{v:.3f}" for v in value)
         elif isinstance(value, float):
             value = f"{value:.6g}"

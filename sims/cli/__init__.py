@@ -17,7 +17,7 @@ from weakspots.idealized.config import ConfigError
 
 from .common import UsageError
 
-VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "bench")
+VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "bench", "lm")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -44,6 +44,21 @@ def test_phase_resolution_of_a_known_weak_phase():
     assert out["harmonic_spectrum"][1] == pytest.approx(0.25)
 
 
+def test_facts_the_query_reaches_uncompressed_are_counted_apart():
+    """Wrong answers only within the sliding window of the first query: every phase is perfect."""
+    reach = evaluate.query_reach(CONFIG)
+    assert reach == CONFIG.window
+    ctx = CONFIG.task.context_len
+    out = evaluate.phase_summary(CONFIG, outcomes_where(lambda v, k: v < ctx - reach))
+    assert out["phase_accuracy"] == [1.0] * 4 and out["delta_max"] == 0.0
+    near = out["near_query"]
+    assert near["accuracy"] == 0.0 and near["first_value_start"] == ctx - reach
+    assert near["samples"] == reach * CONFIG.eval_samples
+    assert sum(out["phase_samples"]) + near["samples"] == (ctx - 1) * CONFIG.eval_samples
+    no_sliding = CONFIG.replace(layers=1)  # a compressed layer alone, no local window
+    assert evaluate.query_reach(no_sliding) == 0
+
+
 def test_pooling_runs_multiplies_the_samples():
     single = outcomes_where(lambda v, k: v % 4 != 1)
     one = evaluate.phase_summary(CONFIG, single)

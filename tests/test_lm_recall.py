@@ -22,7 +22,8 @@ def facts_of(tokens, task, starts):
 
 @pytest.fixture(scope="module")
 def batch():
-    return jax.tree.map(np.asarray, recall.sample_batch(jax.random.key(0), TASK, 64))
+    sample = jax.jit(recall.sample_batch, static_argnums=(1, 2))
+    return jax.tree.map(np.asarray, sample(jax.random.key(0), TASK, 64))
 
 
 def test_sequences_hold_the_facts_and_query_each_once(batch):
@@ -56,7 +57,7 @@ def test_training_placement_is_uniform_over_arrangements():
     draws = 5000
     words = jax.random.bits(jax.random.key(1), (draws, task.context_len), jnp.uint32)
     free = task.context_len - task.pairs * task.fact_len
-    starts = jax.vmap(lambda w: recall.sample_starts(w[: free + task.pairs], task))(words)
+    starts = jax.jit(jax.vmap(lambda w: recall.sample_starts(w[: free + task.pairs], task)))(words)
     counts = collections.Counter(map(tuple, np.asarray(starts).tolist()))
     assert set(counts) == set(arrangements)
     p = 1 / len(arrangements)

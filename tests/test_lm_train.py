@@ -13,7 +13,7 @@ from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import train as lm_train
 
 TINY = LMConfig(
-    seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
+    seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, layers=1, d_model=16, heads=2,
     rope_dim=4, window=4, steps=6, eval_every=3, batch=4, eval_batch=8, eval_samples=1,
 )  # fmt: skip
 
@@ -48,7 +48,7 @@ def test_summary_has_the_json_keys(batches):
     ):  # fmt: skip
         assert key in summary
     assert len(summary["phase_accuracy"]) == TINY.stride
-    assert np.asarray(summary["pooling_weights"][1]).shape == (TINY.heads, TINY.stride)
+    assert np.asarray(summary["pooling_weights"][0]).shape == (TINY.heads, TINY.stride)
 
 
 def test_learning_rate_schedule():
@@ -89,7 +89,7 @@ def jaxpr_dot_flops(fn, *args) -> float:
 @pytest.mark.parametrize("layout", ["sliding,compressed", "dense,compressed"])
 def test_flop_count_matches_the_dots_of_the_forward(layout):
     """`model_flops_per_step / 3` against the dot_generals XLA is given (mean pooling has none)."""
-    config = TINY.replace(layout=layout, mlp=2)
+    config = TINY.replace(layers=2, layout=layout, mlp=2)
     graph, state = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(0)))
     tokens = jnp.zeros((config.batch, config.seq_len), jnp.int32)
     counted = jaxpr_dot_flops(lambda s, t: nnx.merge(graph, s)(t), state, tokens)

@@ -178,7 +178,17 @@ def _phase_block(title: str, s: dict) -> str:
             f"psc {s['psc']:.4f}  same window {straddle['same_window']['accuracy']:.3f}  "
             f"straddling {straddle['straddling']['accuracy']:.3f}  "
             f"period {s['position_spectrum']['dominant_period']:.3g}",
+            _near_line(s["near_query"]),
         ]
+    )
+
+
+def _near_line(near: dict) -> str:
+    if not near["samples"]:
+        return "every fact is beyond the query's uncompressed reach"
+    return (
+        f"facts within the query's uncompressed reach ({near['reach']} tokens: value at "
+        f">= {near['first_value_start']}; left out above): accuracy {near['accuracy']:.3f}"
     )
 
 

@@ -8,6 +8,14 @@ the outcomes by the value's phase `p mod s` (the stride of the compressed layers
 key's phase, by straddling (the fact crosses a window boundary) and by absolute position,
 with 95% Wilson intervals, and reuses `idealized.metrics` for `delta_max`, `psc`, the
 harmonic spectrum and the buckets.
+
+Facts in the last `query_reach` tokens of the context are within the uncompressed
+(sliding or local) window of the first query, so the query can read them without the
+compressed entries. Trained decoders answer those differently (less well, in the runs of
+`docs/lm.md`), and their share differs between phases, so the phase statistics count
+only the facts beyond that reach; the near ones are reported on their own (`near_query`)
+and in `position_accuracy`. Compressed design and dense control share the rule (it
+depends on the layout and windows, not on the operator).
 """
 
 from __future__ import annotations
@@ -114,6 +122,19 @@ def delta_max_noise_floor(
     return float(np.quantile(draws.max(axis=1) - draws.min(axis=1), level))
 
 
+def query_reach(config: LMConfig) -> int:
+    """Tokens at the end of the context the first query reaches uncompressed.
+
+    The sliding window if some layer is sliding, and the local window of compressed
+    layers, whichever is larger (0 when neither exists).
+    """
+    kinds = config.layer_kinds
+    return max(
+        config.window if "sliding" in kinds else 0,
+        config.local_window if "compressed" in kinds else 0,
+    )
+
+
 def position_spectrum(position_accuracy: np.ndarray, stride: int) -> dict:
     """Amplitude spectrum of accuracy against position, and its dominant period in tokens.
 
@@ -136,20 +157,29 @@ def phase_summary(config: LMConfig, outcomes: np.ndarray) -> dict:
     """Every per-phase metric of one run's (or pooled runs') outcomes, as plain Python values.
 
     `outcomes`: `(M,)` booleans on `config`'s evaluation set, or `(R, M)` for R runs of one
-    task, pooled (each phase then has R times the samples).
+    task, pooled (each phase then has R times the samples). Phase, key-phase, straddle and
+    spectrum statistics count the facts beyond `query_reach(config)` (module docstring);
+    `near_query` and `position_accuracy` cover the rest.
     """
     data = config_evaluation_set(config)
-    outcomes = np.asarray(outcomes, bool)
-    runs = 1 if outcomes.ndim == 1 else outcomes.shape[0]
-    flat = outcomes.reshape(-1)
-    tile = lambda a: np.tile(a, runs)  # noqa: E731
+    outcomes = np.asarray(outcomes, bool).reshape(-1, data.value_start.size)
+    runs = outcomes.shape[0]
     s, L = config.stride, config.task.fact_len
+    positions = value_starts(config.task)
+    position_accuracy = outcomes.reshape(runs, positions.size, -1).mean(axis=(0, 2))
+    reach = query_reach(config)
+    far_positions = positions < config.task.context_len - reach
+    if far_positions.sum() < s:  # the reach covers (nearly) the whole context: count everything
+        far_positions[:] = True
+    far = data.value_start < positions[far_positions].max() + 1
+    near = ~far
+    tile = lambda a: np.tile(a[far], runs)  # noqa: E731
+    flat = outcomes[:, far].reshape(-1)
     by_value = grouped(flat, tile(data.value_start % s), s)
     by_key = grouped(flat, tile(data.key_start % s), s)
     straddling = tile(data.key_start // s != (data.key_start + L - 1) // s)
     straddle = grouped(flat, straddling.astype(np.int64), 2)
-    positions = value_starts(config.task)
-    position_accuracy = flat.reshape(runs, positions.size, -1).mean(axis=(0, 2))
+    near_hits, near_samples = int(outcomes[:, near].sum()), int(outcomes[:, near].size)
     acc = by_value["accuracy"]
     report = metrics.phase_report(acc, int(by_value["samples"].min()))
     worst, best = int(np.argmin(acc)), int(np.argmax(acc))
@@ -176,12 +206,21 @@ def phase_summary(config: LMConfig, outcomes: np.ndarray) -> dict:
         "psc": report["psc"],
         "harmonic_spectrum": report["harmonic_spectrum"],
         "buckets": report["buckets"],
+        "near_query": {
+            "reach": reach,
+            "first_value_start": int(positions[~far_positions].min()) if near.any() else None,
+            "accuracy": near_hits / near_samples if near_samples else None,
+            "samples": near_samples,
+            "ci": wilson(np.array(near_hits), np.array(near_samples)).tolist()
+            if near_samples
+            else None,
+        },
         "position_accuracy": {
             "value_start": positions.tolist(),
             "accuracy": position_accuracy.tolist(),
             "samples": runs * config.eval_samples,
         },
-        "position_spectrum": position_spectrum(position_accuracy, s),
+        "position_spectrum": position_spectrum(position_accuracy[far_positions], s),
     }
     return out
 

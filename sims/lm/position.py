@@ -63,3 +63,20 @@ def run(size: str, progress: Callable[[int, int], None] | None = None) -> dict:
             "wall_seconds": float(sum(r.wall_seconds for r in mine)),
         }
     return out
+
+
+def from_reports(compressed: dict, dense: dict) -> dict:
+    """`run`'s result shape from two saved `weakspots lm train --seeds K --json` reports."""
+    designs = {}
+    for name, report in (("compressed", compressed), ("dense", dense)):
+        designs[name] = {
+            "config": report["config"],
+            "seeds": report["seeds"],
+            "pooled": report["pooled"],
+            "phase_accuracy": report["phase_accuracy"],
+            "delta_max": report["delta_max"],
+            "seed_spread": report["seed_spread"],
+            "final_loss": report["final_loss"],
+            "wall_seconds": float(sum(report["wall_seconds"])),
+        }
+    return {"size": "reports", "designs": designs}

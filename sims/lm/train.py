@@ -34,7 +34,7 @@ from weakspots.sims.train import TrainingDiverged
 DTYPE = jnp.float32
 # The decoder's programs compile with XLA's default options rather than `idealized.xla.jit`'s:
 # the older CPU emitters that speed up the toy's sampler compile these programs about twice
-# as slowly and run them no faster (docs/performance.md, "Decoders").
+# as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
 jit = jax.jit
 FINAL_LR_FRACTION = 0.1  # the cosine schedule ends at lr / 10
 

@@ -1,0 +1,50 @@
+"""`weakspots lm train`: flags, JSON keys, per-seed lists, one-line errors."""
+
+import json
+
+import pytest
+
+from weakspots.sims.cli import main
+
+TINY = (
+    "--seq-len 32 --pairs 2 --key-vocab 8 --value-vocab 8 --filler-vocab 4 --d-model 16 "
+    "--layers 1 --heads 2 --rope-dim 4 --window 4 --steps 6 --eval-every 3 --batch 4 --eval-batch 8 "
+    "--eval-samples 1"
+).split()
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--stride", "0"], "--stride"),
+        (["--operator", "avg"], "--operator"),
+        (["--seq-len", "130"], "--seq-len"),
+        (["--layout", "dense"], "--layout"),
+        (["--overlap"], "--overlap"),
+        (["--lr", "0"], "--lr"),
+        (["--seeds", "0"], "--seeds"),
+        (["--heads", "3"], "--heads"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(flags, flag, capsys):
+    assert main(["lm", "train", *flags, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err
+
+
+def test_seeds_give_per_seed_lists_and_a_pooled_summary(capsys):
+    assert main(["lm", "train", *TINY, "--seeds", "2", "--json", "--quiet"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["seeds"] == [0, 1]
+    for key in (
+        "phase_accuracy", "phase_accuracy_by_key_phase", "straddle_accuracy", "mean_accuracy",
+        "delta_max", "psc", "harmonic_spectrum", "pooling_weights", "final_loss",
+        "wall_seconds", "tokens_per_second",
+    ):  # fmt: skip
+        assert len(out[key]) == 2, key
+    assert len(out["phase_accuracy"][0]) == 4
+    assert set(out["straddle_accuracy"][0]) == {"same_window", "straddling"}
+    assert out["config"]["seq_len"] == 32 and out["config"]["operator"] == "mean_pool"
+    pooled = out["pooled"]
+    assert pooled["phase_samples"] == [2 * n for n in out["phase_samples"][0]]
+    assert len(out["seed_spread"]["mean"]) == 4

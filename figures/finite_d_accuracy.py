@@ -1,11 +1,11 @@
-"""Figure 11: finite-d accuracy: the exact formula and THEORY 7's Gaussian form against Monte Carlo."""
+"""Figure 11: finite-d accuracy: the exact formula and the Gaussian approximation against Monte Carlo."""
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, wilson_yerr
 
 CAPTION = (
-    "Accuracy at one phase for fixed pooling weights against key dimension d: exact chi-conditioned formula (solid), THEORY 7's Gaussian form (dashed), Monte Carlo (points, Wilson).",
+    "Accuracy at one phase for fixed pooling weights against key dimension d: exact chi-conditioned formula (solid, docs/theory.md §6.12), the independent-Gaussian approximation (dashed, docs/theory.md §7.3), Monte Carlo (points, Wilson).",
     "Cases: uniform pooling at N=12 and N=64, a covered and a dropped phase of the 3-phase state.",
 )
 
@@ -29,13 +29,12 @@ def make(results, predictions):
             label=case["label"],
         )
     ax.plot([], [], label="exact formula (chi-conditioned)", **THEORY)
-    ax.plot([], [], color="black", ls="--", lw=1, label="Gaussian approximation (THEORY 7)")
+    ax.plot([], [], color="black", ls="--", lw=1, label="independent-Gaussian approximation")
     ax.plot([], [], "o", color="grey", label=f"Monte Carlo ({results['samples']} needles, Wilson)")
     ax.set_xscale("log")
     ax.set_xlabel("key dimension d")
     ax.set_ylabel("retrieval accuracy at the phase")
     ax.set_ylim(-0.03, 1.05)
     ax.set_title("Accuracy from the pooling weights (gain 16, s = 8)", loc="left")
-    ax.legend(fontsize=7, loc="center right")
-    fig.tight_layout()
+    legend_below(fig, ncol=2)
     return fig

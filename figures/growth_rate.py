@@ -5,7 +5,7 @@ import numpy as np
 from weakspots.figures.style import COLORS, THEORY, figure, spread_yerr
 
 CAPTION = (
-    "Left: exponential growth rate of the order parameter delta in the reduced flow from tiny starts, against the predicted lambda (THEORY 6.2), across configs.",
+    "Left: exponential growth rate of the order parameter delta in the reduced flow from tiny starts, against the predicted lambda (docs/theory.md §6.2), across configs.",
     "Right: measured and predicted lambda through the threshold at s=8, gain 16; the sign change sits at N_c.",
 )
 
@@ -35,7 +35,7 @@ def make(results, predictions):
     ax.set_xlabel("predicted lambda (1 / unit of t)")
     ax.set_ylabel("measured growth rate of delta (1 / unit of t)")
     ax.set_title("Across (s, N, gain, H)", loc="left")
-    ax.legend(fontsize=7)
+    ax.legend()
     ax = axes[0, 1]
     ax.plot(
         predictions["sweep_chunks"], predictions["sweep_rate"], label="theory lambda(N)", **THEORY
@@ -63,7 +63,6 @@ def make(results, predictions):
     ax.set_xlabel("context length N (chunks)")
     ax.set_ylabel("growth rate lambda (1 / unit of t)")
     ax.set_title("Through the threshold (s = 8, gain 16)", loc="left")
-    ax.legend(fontsize=7)
+    ax.legend()
     fig.suptitle("Uniform pooling is unstable at rate lambda = -(N/(N-1)) beta^2/s^3 l''(beta/s)")
-    fig.tight_layout()
     return fig

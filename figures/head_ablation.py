@@ -6,7 +6,7 @@ from weakspots.figures.style import figure
 
 CAPTION = (
     "Accuracy lost at each needle phase when one head is removed from the head average, for 1, 2, 4 and 8 SGD-trained heads (top: measured; bottom: head-averaged readout prediction, theory.interventions.readout_accuracy).",
-    "Heads divide the phases between them; columns with no bright cell are phases no head covers: weak spots that capacity alone does not explain.",
+    "Heads divide the phases between them; columns with no bright cell are phases no head covers: weak spots that capacity alone does not explain. Measured cells carry the binomial error of the needles drawn per phase (128 at --quick: a standard error of about 0.03 at an effect of 0.9); the largest measured-predicted difference is given above each predicted map, and lies within about two standard errors (docs/theory.md §7.13).",
 )
 
 
@@ -14,6 +14,11 @@ def make(results, predictions):
     maps = results["maps"]
     fig, axes = figure(len(maps), 2, width=2.7, height=2.4, layout="constrained")
     for col, (m, p) in enumerate(zip(maps, predictions["maps"], strict=True)):
+        worst = (
+            None
+            if m["effect"] is None or p["effect"] is None
+            else float(np.max(np.abs(np.asarray(m["effect"]) - np.asarray(p["effect"]))))
+        )
         for r, (data, label) in enumerate(((m["effect"], "measured"), (p["effect"], "predicted"))):
             ax = axes[r, col]
             if data is None:
@@ -21,7 +26,10 @@ def make(results, predictions):
                 continue
             data = np.asarray(data)
             im = ax.imshow(data, vmin=0, vmax=1, cmap="magma", aspect="auto")
-            ax.set_title(f"H = {m['heads']}, {label}", loc="left")
+            title = f"H = {m['heads']}, {label}"
+            if label == "predicted" and worst is not None:
+                title += f"\n(max |difference| {worst:.2f})"
+            ax.set_title(title, loc="left")
             ax.set_xticks(range(data.shape[1]))
             ax.set_yticks(range(data.shape[0]))
             ax.set_xlabel("needle phase phi")

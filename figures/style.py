@@ -1,4 +1,5 @@
-"""Shared look of the paper figures: theory as lines, simulation as points with intervals."""
+"""Shared look of the paper figures: one font-size scheme, theory as lines, simulation as
+points with intervals, and legends in their own row under the panels, never over data."""
 
 from __future__ import annotations
 
@@ -12,14 +13,21 @@ ODE = dict(lw=1.4, zorder=2)
 SGD = dict(fmt="o", ms=4, capsize=2, lw=1, zorder=3)
 COLORS = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
+# The one font-size scheme (points): nothing smaller than SMALL anywhere in a figure.
+BASE, SMALL, TITLE, SUPTITLE = 9.0, 8.0, 10.0, 11.0
+
 plt.rcParams.update(
     {
         "figure.dpi": 100,
         "savefig.dpi": 110,
-        "font.size": 9,
-        "axes.titlesize": 10,
-        "axes.labelsize": 9,
-        "legend.fontsize": 8,
+        "font.size": BASE,
+        "axes.titlesize": TITLE,
+        "axes.labelsize": BASE,
+        "xtick.labelsize": SMALL,
+        "ytick.labelsize": SMALL,
+        "legend.fontsize": SMALL,
+        "legend.title_fontsize": SMALL,
+        "figure.titlesize": SUPTITLE,
         "axes.spines.top": False,
         "axes.spines.right": False,
     }
@@ -27,10 +35,30 @@ plt.rcParams.update(
 
 
 def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):
-    """A figure of `nrows x ncols` panels, each about `width x height` inches."""
+    """A figure of `nrows x ncols` panels, each about `width x height` inches.
+
+    Constrained layout (so labels, colour bars and outside legends are never clipped).
+    Returns (figure, axes (nrows, ncols)).
+    """
+    kwargs.setdefault("layout", "constrained")
     return plt.subplots(
         nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False, **kwargs
     )
+
+
+def legend_below(fig, axes=None, ncol=3, handles=None, labels=None):
+    """One legend for the figure, in its own row under the panels (never over data).
+
+    axes: where to collect the labelled artists (default every axes of `fig`); entries with
+    the same label appear once. Or pass `handles` and `labels` explicitly.
+    """
+    if handles is None:
+        seen = {}
+        for ax in fig.axes if axes is None else np.ravel(axes):
+            for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                seen.setdefault(label, h)
+        labels, handles = list(seen), list(seen.values())
+    return fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False)
 
 
 def wilson_yerr(accuracy, samples) -> np.ndarray:
@@ -47,6 +75,12 @@ def spread_yerr(values) -> tuple[np.ndarray, np.ndarray]:
     low = np.array([r.min() for r in rows])
     high = np.array([r.max() for r in rows])
     return mean, np.maximum(np.stack([mean - low, high - mean]), 0.0)
+
+
+def mode(values) -> float:
+    """The most frequent value (the smallest of those tied), as the agreement rows take it."""
+    values, counts = np.unique(np.asarray(values), return_counts=True)
+    return float(values[np.argmax(counts)])
 
 
 def panel_label(ax, text: str) -> None:

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, wilson_yerr
 
 CAPTION = (
     "Accuracy of the canonical SGD model (s=8, d=64, gain 16) against needle position over 4 chunks: past N_c (N=64) it repeats a sawtooth with period s, below N_c (N=12) it is flat.",
@@ -11,7 +11,7 @@ CAPTION = (
 
 
 def make(results, predictions):
-    fig, axes = figure(1, len(results["runs"]), width=7.0, height=2.6)
+    fig, axes = figure(1, len(results["runs"]), width=7.0, height=2.4)
     for ax, run, pred, color in zip(
         axes[:, 0], results["runs"], predictions["runs"], COLORS, strict=False
     ):
@@ -34,28 +34,27 @@ def make(results, predictions):
             capsize=1.5,
             lw=0.8,
             color=color,
-            label=f"SGD, d=64 (95% Wilson, ~{int(counts.mean())} needles/point)",
+            label=f"SGD, N = {run['chunks']}, d=64 (95% Wilson, ~{int(counts.mean())} needles/point)",
         )
         ax.axhline(
             run["mean_accuracy"],
             color="grey",
             ls="--",
             lw=1.2,
-            label=f"mean over phases = {run['mean_accuracy']:.2f}",
+            label="mean over phases",
         )
         for c in range(1, shown):
             ax.axvline(c * stride - 0.5, color="0.85", lw=0.8, zorder=0)
-        ax.set_ylim(-0.03, 1.4)
+        ax.set_ylim(-0.03, 1.05)
         ax.set_xlim(-0.7, shown * stride - 0.3)
         regime = "past" if run["chunks"] > pred["critical_chunks"] else "below"
         ax.set_title(
             f"N = {run['chunks']} chunks ({regime} N_c = {pred['critical_chunks']:.1f}),"
-            " stride 8, gain 16",
+            f" stride 8, gain 16: mean accuracy {run['mean_accuracy']:.2f}",
             loc="left",
         )
         ax.set_ylabel("retrieval accuracy")
-        ax.legend(loc="upper center", ncol=3, fontsize=7, framealpha=0.9)
     axes[-1, 0].set_xlabel("needle position (tokens; grey lines = chunk boundaries)")
     fig.suptitle("Periodic weak spots: accuracy repeats with the chunk, the mean hides it")
-    fig.tight_layout()
+    legend_below(fig, ncol=2)
     return fig

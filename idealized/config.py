@@ -7,14 +7,16 @@ Two kinds of field (STYLE.md, pattern 2):
 * hyperparameters that do not change shapes (`lr`, `gain`, `weight_decay`,
   `init_scale`, `seed`) travel as arrays, so one compiled program serves a sweep.
 
-`TrainConfig` is flat and its field names are the command-line flag names, so a
-sweep is a list of `TrainConfig`s and a stored row is `dataclasses.asdict(config)`.
+`TrainConfig` (a training run) and `FlowConfig` (a reduced gradient flow) are flat and
+their field names are the command-line flag names of `weakspots train` and `weakspots
+flow`, so a sweep is a list of configs and a stored row is `dataclasses.asdict(config)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 
 OPERATORS = ("softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4")
@@ -30,12 +32,23 @@ DISTRIBUTION_POOLING_OPERATORS = ("softmax_pool", "mean_pool", "low_rank", "deep
 HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
 
 
+# The largest float32: the trainer holds hyperparameters as float32 arrays.
+FLOAT32_MAX = 3.4028234663852886e38
+# The smallest normal float32: a positive hyperparameter below it rounds towards 0.
+FLOAT32_TINY = 1.1754943508222875e-38
+
+
 class ConfigError(ValueError):
-    """An invalid config value; `flag` names the command-line flag it came from."""
+    """An invalid config value; `flag` names the command-line flag it came from.
+
+    `str(error)` is `"--flag: message"`; `message` alone is what is wrong (it quotes the
+    value given), for callers that name the field another way (a sweep spec's key).
+    """
 
     def __init__(self, field: str, message: str):
         self.field = field
         self.flag = "--" + field.replace("_", "-")
+        self.message = message
         super().__init__(f"{self.flag}: {message}")
 
 
@@ -56,6 +69,44 @@ def _nonnegative_finite(field: str, value) -> None:
 
 def _is_real(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _float32(field: str, value) -> None:
+    """A hyperparameter the trainer holds in float32: finite there, and a positive one not 0."""
+    if value > FLOAT32_MAX or 0 < value < FLOAT32_TINY:
+        raise ConfigError(
+            field,
+            f"must be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}"
+            if field in ("weight_decay", "init_scale")
+            else f"must be between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}",
+        )
+
+
+def _boolean(field: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(field, f"must be true or false, got {value!r}")
+
+
+def _canonical_numbers(config, floats: tuple[str, ...], ints: tuple[str, ...] = ()) -> None:
+    """Give float fields float values (`16` -> `16.0`, `-0.0` -> `0.0`) and integer fields
+    plain ints (`numpy.int64(3)` -> `3`), before validation.
+
+    A config is hashed by its values' JSON (`sims.store.config_hash`), so one logical run
+    must have one spelling: an integer for a float field, or a negative zero, would store
+    it twice.
+    """
+    for name in floats:
+        value = getattr(config, name)
+        if _is_real(value):
+            try:
+                value = float(value) + 0.0
+            except OverflowError:  # an int past float's range
+                value = math.inf
+            object.__setattr__(config, name, value)
+    for name in ints:
+        value = getattr(config, name)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            object.__setattr__(config, name, int(value))
 
 
 def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
@@ -99,6 +150,11 @@ class ModelConfig:
     offset_ensemble: int = 1
 
     def __post_init__(self):
+        _canonical_numbers(
+            self,
+            ("phase_entropy",),
+            ("stride", "chunks", "dim", "heads", "rank", "rope_dim", "offset_ensemble"),
+        )
         _int_at_least("stride", self.stride, 1)
         _int_at_least("chunks", self.chunks, 2)
         _int_at_least("dim", self.dim, 1)
@@ -111,12 +167,11 @@ class ModelConfig:
             raise ConfigError(
                 "rope_dim", f"must be even and <= --dim ({self.dim}), got {self.rope_dim}"
             )
+        for flag in ("learn_gain", "learn_projections", "rope_anchor", "stagger", "overlap"):
+            _boolean(flag, getattr(self, flag))
         self._validate_chunking()
 
     def _validate_chunking(self) -> None:
-        for flag in ("rope_anchor", "stagger", "overlap"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(flag, f"must be true or false, got {getattr(self, flag)!r}")
         if self.rope_anchor and self.rope_dim == 0:
             raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
         _nonnegative_finite("phase_entropy", self.phase_entropy)
@@ -133,9 +188,14 @@ class ModelConfig:
                 f"must be <= --stride ({self.stride}), got {self.offset_ensemble}",
             )
         if self.operator == "deepseek_v4":
-            for flag in ("rope_anchor", "stagger", "overlap", "offset_ensemble"):
-                if getattr(self, flag) not in (False, 1):
+            for flag in ("rope_anchor", "stagger", "overlap"):
+                if getattr(self, flag):
                     raise ConfigError(flag, "does not apply to deepseek_v4 (it chunks itself)")
+            if self.offset_ensemble != 1:
+                raise ConfigError(
+                    "offset_ensemble",
+                    f"does not apply to deepseek_v4 (it chunks itself), got {self.offset_ensemble}",
+                )
 
     @property
     def slots(self) -> int:
@@ -165,6 +225,14 @@ class TrainConfig(ModelConfig):
     `init_scale` is the standard deviation of the initial pooling logits.
     `eval_every` steps between evaluations on a fixed held-out set of
     `eval_samples` needles per phase (drawn from `eval_seed`, shared by all runs).
+
+    Validation (a `ConfigError` naming the flag and the value): booleans must be `bool`;
+    integers given for float fields become floats, so one run has one hash; the float
+    hyperparameters must be representable in float32 (the trainer's dtype); and a flag set
+    away from its default where it changes nothing is refused with the reason (`rank`
+    without `low_rank`, `rope_dim` without `deepseek_v4` or `rope_anchor`, `stagger` with
+    one head, `overlap`/`stagger`/`phase_entropy` at stride 1, `phase_entropy` with
+    `mean_pool`, `weight_decay` with nothing learned to decay).
     """
 
     optimizer: str = "sgd"
@@ -180,6 +248,11 @@ class TrainConfig(ModelConfig):
     seed: int = 0
 
     def __post_init__(self):
+        _canonical_numbers(
+            self,
+            ("lr", "gain", "weight_decay", "init_scale"),
+            ("steps", "batch", "eval_every", "eval_samples", "eval_seed", "seed"),
+        )
         super().__post_init__()
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _int_at_least("steps", self.steps, 1)
@@ -191,7 +264,48 @@ class TrainConfig(ModelConfig):
         _positive_finite("gain", self.gain)
         _nonnegative_finite("weight_decay", self.weight_decay)
         _nonnegative_finite("init_scale", self.init_scale)
+        for name in ("lr", "gain", "weight_decay", "init_scale"):
+            _float32(name, getattr(self, name))
         _int_at_least("seed", self.seed, 0)
+        if self.seed >= 2**32:  # the trainer's seeds are uint32
+            raise ConfigError("seed", f"must be an integer < 2**32, got {self.seed}")
+        self._validate_applicable()
+
+    def _validate_applicable(self) -> None:
+        """Refuse a flag set away from its default where it changes nothing (one run, one hash)."""
+        if self.rank != ModelConfig.rank and self.operator != "low_rank":
+            raise ConfigError(
+                "rank",
+                f"applies only to --operator low_rank, not {self.operator} (got {self.rank})",
+            )
+        if self.rope_dim and self.operator != "deepseek_v4" and not self.rope_anchor:
+            raise ConfigError(
+                "rope_dim",
+                f"rotary channels apply only to --operator deepseek_v4 or with --rope-anchor; "
+                f"got {self.rope_dim} with --operator {self.operator}",
+            )
+        if self.stride == 1:
+            for flag in ("overlap", "stagger", "phase_entropy"):
+                if getattr(self, flag):
+                    raise ConfigError(
+                        flag, "needs --stride >= 2: with one token per chunk there is no phase"
+                    )
+        if self.stagger and self.heads == 1:
+            raise ConfigError(
+                "stagger", "shifts head h's chunk boundaries by h*s//H tokens: needs --heads >= 2"
+            )
+        if self.phase_entropy > 0 and self.operator == "mean_pool":
+            raise ConfigError(
+                "phase_entropy",
+                f"mean_pool's pooling weights are fixed, so the regulariser changes nothing "
+                f"(got {self.phase_entropy!r})",
+            )
+        if self.weight_decay and not (self.learn_gain or self.learn_projections):
+            raise ConfigError(
+                "weight_decay",
+                f"penalises a learned gain and projections: needs --learn-gain or "
+                f"--learn-projections (got {self.weight_decay!r})",
+            )
 
     @property
     def model(self) -> ModelConfig:
@@ -211,4 +325,113 @@ class TrainConfig(ModelConfig):
         return -(-self.steps // self.eval_every)
 
     def replace(self, **changes) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# Fields of FlowConfig that one compiled solve serves at any value: they travel as arrays
+# (`saves` is padded: runs with fewer saves repeat their last time).
+FLOW_HYPER_FIELDS = (
+    "chunks",
+    "dim",
+    "gain",
+    "learn_gain",
+    "weight_decay",
+    "phase_entropy",
+    "init_scale",
+    "seed",
+    "t1",
+    "saves",
+    "rtol",
+    "atol",
+    "event_level",
+)
+GAIN_PARAMETRISATIONS = ("log", "linear")
+
+
+@dataclass(frozen=True)
+class FlowConfig:
+    """One reduced gradient flow (THEORY.md section 5), flat, named as the `weakspots flow` flags.
+
+    The flow is `da/dt = -grad L(a, beta)` on the pooling logits `a` `(H, s)` (and the gain
+    `beta` `(H,)` with `learn_gain`), integrated by `sims.flow.solve_many`. `L` is the
+    d = infinity loss `L_inf` (`theory.reduced_loss`) unless `dim` is set, then the
+    finite-d expected loss `L_d` (`theory.finite_d_loss`: one head, mse).
+
+    Defaults are the canonical config and training's (`TrainConfig`): stride 8, 64 chunks,
+    1 head, fixed gain 16, mse, the trainer's `init_scale`, and `t1 = lr * steps`, the
+    flow time a default training run covers. The flow starts from the trainer's own initial
+    pooling logits for `seed` (`idealized.model.initial_pooling_logits`), so a flow and an
+    SGD run with the same seed and `init_scale` start at the same point.
+
+    `gain_parametrisation`: the learned gain's coordinate, "log" (d log beta/dt = -beta
+    dL/dbeta, beta stays positive) or "linear" (dbeta/dt = -dL/dbeta, SGD on beta).
+    `weight_decay` adds `weight_decay/2 sum_h beta_h^2`; `phase_entropy` adds
+    `-phase_entropy * mean_h entropy(alpha_h)` (as `TrainConfig.phase_entropy`).
+    Saves at `saves` evenly spaced times in `[0, t1]`; the solver is Tsit5 with a PID
+    controller at `rtol`, `atol`, stopping with an error after `max_steps` steps.
+    `event_level`: the specialisation time is the first time the order parameter
+    `theory.specialization_order` reaches it (`theory.specialization_time`).
+    """
+
+    stride: int = ModelConfig.stride
+    chunks: int = ModelConfig.chunks
+    dim: int | None = None
+    heads: int = ModelConfig.heads
+    gain: float = TrainConfig.gain
+    loss: str = ModelConfig.loss
+    learn_gain: bool = False
+    gain_parametrisation: str = "log"
+    weight_decay: float = TrainConfig.weight_decay
+    phase_entropy: float = ModelConfig.phase_entropy
+    init_scale: float = TrainConfig.init_scale
+    seed: int = TrainConfig.seed
+    t1: float = TrainConfig.lr * TrainConfig.steps
+    saves: int = 101
+    rtol: float = 1e-8
+    atol: float = 1e-10
+    max_steps: int = 1_000_000
+    event_level: float = 0.25
+
+    def __post_init__(self):
+        _int_at_least("stride", self.stride, 1)
+        _int_at_least("chunks", self.chunks, 2)
+        if self.dim is not None:
+            _int_at_least("dim", self.dim, 1)
+        _int_at_least("heads", self.heads, 1)
+        _positive_finite("gain", self.gain)
+        _one_of("loss", self.loss, LOSSES)
+        if not isinstance(self.learn_gain, bool):
+            raise ConfigError("learn_gain", f"must be true or false, got {self.learn_gain!r}")
+        _one_of("gain_parametrisation", self.gain_parametrisation, GAIN_PARAMETRISATIONS)
+        _nonnegative_finite("weight_decay", self.weight_decay)
+        _nonnegative_finite("phase_entropy", self.phase_entropy)
+        _nonnegative_finite("init_scale", self.init_scale)
+        _int_at_least("seed", self.seed, 0)
+        _positive_finite("t1", self.t1)
+        _int_at_least("saves", self.saves, 2)
+        _positive_finite("rtol", self.rtol)
+        _positive_finite("atol", self.atol)
+        _int_at_least("max_steps", self.max_steps, 1)
+        _nonnegative_finite("event_level", self.event_level)
+        if self.dim is not None and (self.heads != 1 or self.loss != "mse"):
+            raise ConfigError(
+                "dim",
+                f"the finite-d loss L_d is for one head and mse: got --dim {self.dim} "
+                f"with --heads {self.heads} --loss {self.loss} (omit --dim for d = infinity)",
+            )
+
+    @property
+    def static(self) -> FlowConfig:
+        """The compilation key: this config with every `FLOW_HYPER_FIELDS` field at its default.
+
+        What remains is what one compiled solve is specialised to: the shapes (`stride`,
+        `heads`), `loss`, `gain_parametrisation`, `max_steps`, and whether `dim` is set (a
+        finite `dim` becomes the canonical `ModelConfig.dim`: its value travels as an array).
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(FlowConfig)}
+        changes = {k: defaults[k] for k in FLOW_HYPER_FIELDS}
+        changes["dim"] = None if self.dim is None else ModelConfig.dim
+        return dataclasses.replace(self, **changes)
+
+    def replace(self, **changes) -> FlowConfig:
         return dataclasses.replace(self, **changes)

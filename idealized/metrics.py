@@ -2,20 +2,113 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
 
 import numpy as np
 
 WILSON_Z95 = 1.959963984540054
 
 
-def wilson_interval(accuracy, samples: int, z: float = WILSON_Z95) -> np.ndarray:
+def wilson_interval(accuracy, samples: float, z: float = WILSON_Z95) -> np.ndarray:
     """95% Wilson score interval for binomial proportions; returns `(..., 2)` of (low, high)."""
     p = np.asarray(accuracy, dtype=np.float64)
     n = float(samples)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
     return np.stack([centre - half, centre + half], axis=-1)
+
+
+@functools.cache
+def student_t_quantile(probability: float, df: int) -> float:
+    """The `probability` quantile of Student's t with `df` >= 1 (integer) degrees of freedom.
+
+    Bisection on the closed-form distribution function for integer `df` (Abramowitz and
+    Stegun 26.7.3-4); accurate to about 1e-12.
+    """
+    if not 0.0 < probability < 1.0:
+        raise ValueError(f"probability must be in (0, 1), got {probability}")
+    if int(df) != df or df < 1:
+        raise ValueError(f"df must be an integer >= 1, got {df}")
+    if probability < 0.5:
+        return -student_t_quantile(1.0 - probability, df)
+    low, high = 0.0, 1.0
+    while _student_t_cdf(high, int(df)) < probability:
+        low, high = high, 2.0 * high
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if _student_t_cdf(mid, int(df)) < probability:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * high:
+            break
+    return 0.5 * (low + high)
+
+
+def _student_t_cdf(t: float, df: int) -> float:
+    theta = math.atan(t / math.sqrt(df))
+    c2 = math.cos(theta) ** 2
+    if df % 2:  # odd: (2/pi) [theta + sin cos (1 + 2/3 c^2 + 2.4/(3.5) c^4 + ...)]
+        term, series = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            series += term
+        two_sided = 2.0 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series)
+    else:  # even: sin (1 + 1/2 c^2 + 1.3/(2.4) c^4 + ...)
+        term, series = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            series += term
+        two_sided = math.sin(theta) * series
+    return 0.5 * (1.0 + two_sided)
+
+
+def mean_interval(
+    values, low: float = -math.inf, high: float = math.inf, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Mean of `values` (n,) and its Student-t interval, intersected with `[low, high]`.
+
+    `[low, high]` is the range the statistic can take (`delta_max` lies in [0, 1], `psc`
+    is >= 0): cutting the interval there keeps its coverage. Returns `(mean, lo, hi)`;
+    with one value there is no spread to measure and `lo`, `hi` are NaN.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    mean = float(v.mean())
+    if v.size < 2:
+        return mean, math.nan, math.nan
+    t = student_t_quantile(0.5 + confidence / 2, v.size - 1)
+    half = t * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return mean, float(max(mean - half, low)), float(min(mean + half, high))
+
+
+def proportion_interval(
+    values, samples: int, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Mean of per-run proportions `values` (n,) and an interval for it inside [0, 1].
+
+    Each run's proportion is measured on `samples` trials (held-out needles). The Wilson
+    score interval at the effective sample size of Korn and Graubard (1998):
+    `n_eff = p (1 - p) / Var(p)`, with `Var(p)` the between-run variance of the mean
+    (it holds the runs' spread and their sampling noise), at most the `n * samples`
+    trials pooled, and Student's t with n - 1 degrees of freedom in place of z. With
+    one run, or runs that agree exactly, it is the Wilson interval of the pooled trials.
+    Returns `(mean, lo, hi)`.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    p, n = float(v.mean()), v.size
+    trials = float(n * samples)
+    if n < 2:
+        z, n_eff = statistics.NormalDist().inv_cdf(0.5 + confidence / 2), trials
+    else:
+        z = student_t_quantile(0.5 + confidence / 2, n - 1)
+        var_mean = float(v.var(ddof=1)) / n
+        n_eff = trials
+        if var_mean > 0 and 0 < p < 1:
+            n_eff = min(p * (1 - p) / var_mean, trials)
+    lo, hi = wilson_interval(p, n_eff, z)
+    return p, max(float(lo), 0.0), min(float(hi), 1.0)
 
 
 def delta_max(accuracy) -> float:

@@ -260,3 +260,24 @@ def init_model(
         phase_entropy=float(config.phase_entropy),
         offset_ensemble=config.offset_ensemble,
     )
+
+
+def run_keys(seed) -> tuple[PRNGKeyArray, PRNGKeyArray]:
+    """The two keys a run with this seed draws from: (its initial model, its minibatches)."""
+    model_key, data_key = jax.random.split(jax.random.key(seed))
+    return model_key, data_key
+
+
+def initial_pooling_logits(
+    seed, heads: int, stride: int, init_scale, dtype=jnp.float32
+) -> Float[Array, "H s"]:
+    """The initial `softmax_pool` logits `(H, s)` of the run with this seed: `init_scale * N(0, 1)`.
+
+    Drawn as the trainer draws them (`init_model` from `run_keys(seed)[0]`, float32 by
+    default), so a flow from these logits starts where that SGD run starts (bit for bit
+    when both are compiled). seed, init_scale: scalars or 0-d arrays (vmappable).
+    """
+    # The pooling logits do not depend on d; dim=1 keeps the unused identity maps small.
+    config = ModelConfig(stride=stride, heads=heads, dim=1)
+    model = init_model(run_keys(seed)[0], config, 1.0, init_scale, dtype)
+    return model.compressor.pooling_logits

@@ -1,18 +1,27 @@
-"""Gradient flows integrated with diffrax: the reduced (d = infinity) flow of THEORY 5.
+"""Gradient flows integrated with diffrax (Tsit5 + PID controller, float64).
 
-`reduced_flow(..., dim=d)` integrates the finite-d corrected loss instead
-(theory.finite_d_loss, the expected mse loss at dimension d; one head, mse).
+* The reduced flow of THEORY 5, `da/dt = -grad L(a, beta)` on the pooling logits `a`
+  `(H, s)` (and the gain `beta` with `learn_gain`): `solve_many(configs)` and `solve(config)`,
+  configured by `idealized.config.FlowConfig`, returning `FlowResult`s, as
+  `sims.train.train_many` and `train` do for SGD. `L` is `theory.reduced_loss` (d = infinity)
+  or, with `dim` set, the finite-d expected loss `theory.finite_d_loss`.
+* The finite-d flow of the trainer's own objective on a fixed sample: `finite_flow`.
+* Both integrate the generic `gradient_flow(loss_fn, y0, args, ts)`.
 
-The vector field is generic, `-grad(loss_fn)(y, args)` for any loss function of the
-state pytree, so a finite-d flow can reuse `gradient_flow` with its own loss.
 The reduced flow's state is `FlowState(pooling_logits (H, s), gain_param (H,))`;
-`gain_param` is log(gain) under the default "log" parametrisation (gain stays
-positive; d log beta/dt = -beta dL/dbeta) and the gain itself under "linear"
-(dbeta/dt = -dL/dbeta, the SGD-on-beta convention). A fixed gain is the same flow
-with the gain's gradient stopped, so fixed and learned gains share one compilation.
+`gain_param` is log(gain) under the "log" parametrisation (gain stays positive;
+d log beta/dt = -beta dL/dbeta) and the gain itself under "linear" (dbeta/dt = -dL/dbeta,
+the SGD-on-beta convention). A fixed gain is the same flow with the gain's gradient
+stopped, so fixed and learned gains share one compilation.
 """
 
+from __future__ import annotations
+
+import dataclasses
 import functools
+import math
+import time
+from collections.abc import Sequence
 
 import diffrax
 import equinox as eqx
@@ -22,9 +31,33 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.metrics import support_size
+from weakspots.idealized.model import initial_pooling_logits
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
+
+__all__ = [
+    "FlowArgs",
+    "FlowFailed",
+    "FlowHistory",
+    "FlowResult",
+    "FlowState",
+    "finite_flow",
+    "gradient_flow",
+    "reduced_objective",
+    "solve",
+    "solve_many",
+    "stack",
+]
+
+
+class FlowFailed(RuntimeError):
+    """A flow's solve failed (e.g. `max_steps` reached) or left a non-finite value.
+
+    The message names the run (its index in the call and its config) and the reason.
+    """
 
 
 class FlowState(eqx.Module):
@@ -35,24 +68,26 @@ class FlowState(eqx.Module):
 
 
 class FlowArgs(eqx.Module):
-    """Hyperparameters that travel as arrays (one compilation serves a sweep)."""
+    """A flow's hyperparameters, as arrays (one compilation serves every value)."""
 
     chunks: Float[Array, ""]
     learn_gain: Float[Array, ""]
     weight_decay: Float[Array, ""]
-    entropy_weight: Float[Array, ""]
+    phase_entropy: Float[Array, ""]
     phase_scale: Float[Array, " stride"]
     dim: Float[Array, ""] | None = None
-    """None: the d = inf loss L_inf; else the key dimension d of the corrected loss L_d."""
+    """None: the d = inf loss L_inf; else the key dimension d of the finite-d loss L_d."""
 
 
-class FlowHistory(eqx.Module):
-    """A flow's trajectory; batched runs carry a leading batch axis on every field.
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class FlowHistory:
+    """A flow's trajectory (a leading run axis on every field when stacked).
 
     times (T,); pooling_weights (T, H, s) = softmax of the logits; gain (T, H);
     loss (T,) the flow's objective (data loss + penalties) at the saved times;
-    specialization_time () the first time specialization_order reaches the event
-    level (inf if never before t_end), as defined in theory.specialization_time.
+    specialization_time () the first time `theory.specialization_order` reaches the
+    config's `event_level` (inf if not before t1), as in `theory.specialization_time`.
     """
 
     times: Float[Array, " T"]
@@ -60,6 +95,38 @@ class FlowHistory(eqx.Module):
     gain: Float[Array, "T heads"]
     loss: Float[Array, " T"]
     specialization_time: Float[Array, ""]
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowResult:
+    """One solved flow: its config, its history (numpy), and seconds of solving per run.
+
+    `failure` is None, or (with `solve_many(..., throw=False)`) why the solve failed; the
+    history of a failed run is then all nan.
+    """
+
+    config: FlowConfig
+    history: FlowHistory
+    wall_seconds: float
+    failure: str | None = None
+
+    def summary(self) -> dict:
+        """The flow as plain Python values (the `--json` keys of `weakspots flow`).
+
+        times (T,), pooling_weights (T, H, s), gain (T, H), loss (T,), support_size (H,)
+        at t1, specialization_time (None if not reached by t1).
+        """
+        hist = self.history
+        weights = np.asarray(hist.pooling_weights, float)
+        t_star = float(hist.specialization_time)
+        return {
+            "times": np.asarray(hist.times, float).tolist(),
+            "pooling_weights": weights.tolist(),
+            "gain": np.asarray(hist.gain, float).tolist(),
+            "loss": np.asarray(hist.loss, float).tolist(),
+            "support_size": support_size(weights[-1]).tolist(),
+            "specialization_time": t_star if math.isfinite(t_star) else None,
+        }
 
 
 def gain_from_param(gain_param, gain_parametrisation):
@@ -93,7 +160,7 @@ def reduced_objective(state: FlowState, args: FlowArgs, loss="mse", gain_paramet
             args.dim,
             args.weight_decay,
             args.phase_scale,
-            args.entropy_weight,
+            args.phase_entropy,
         )
     return reduced_loss(
         state.pooling_logits,
@@ -102,7 +169,7 @@ def reduced_objective(state: FlowState, args: FlowArgs, loss="mse", gain_paramet
         loss,
         args.weight_decay,
         args.phase_scale,
-        args.entropy_weight,
+        args.phase_entropy,
     )
 
 
@@ -151,122 +218,408 @@ def gradient_flow(
     )
 
 
-def specialization_event():
-    """diffrax.Event at specialization_order(pooling_logits) = level, root-found.
+# ----------------------------------------------------------------------------- (a) reduced flow
 
-    Reads (enabled, level) from args[1:], so one compiled solve serves runs with the
-    event off (the saved trajectory) and on (the event time).
+# Failure codes of the batched solve: diffrax's RESULTS values, and one of ours.
+_SUCCESS = int(diffrax.RESULTS.successful._value)
+_EVENT = int(diffrax.RESULTS.event_occurred._value)
+_MAX_STEPS = int(diffrax.RESULTS.max_steps_reached._value)
+_NON_FINITE = -1
+
+
+def _crossing_event():
+    """diffrax.Event at specialization_order(pooling_logits) = level, when enabled.
+
+    Reads (level, enabled) from args[1:3] (`_solve_batch`'s passes).
     """
 
     def cond_fn(t, y, args, **kwargs):
         del t, kwargs
-        _, enabled, level = args
+        _, level, enabled, _ = args
         return jnp.where(enabled, specialization_order(y.pooling_logits) - level, -1.0)
 
     return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10))
 
 
-def initial_pooling_logits(key, heads, stride, init_scale):
-    """Initial pooling logits init_scale * N(0, 1), shape (H, s)."""
-    return init_scale * jax.random.normal(key, (heads, stride), dtype=jnp.float64)
+@functools.partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
+def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps):
+    """Reduced flows with a leading run axis on every input but ts: (T,) shared, or (B, T).
 
-
-@functools.partial(
-    jit,
-    static_argnames=("loss", "gain_parametrisation", "max_steps", "with_event"),
-)
-def _solve_batch(
-    y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, with_event
-):
+    Two passes of one compiled solve (`lax.scan`): the first saves the trajectory at ts
+    (the event off); the second locates the specialisation event inside the first save
+    interval whose end has crossed `event_level`, from the saved state at its start, with
+    diffrax's root-finder on the dense output. The second pass runs in that interval's
+    own time tau in [0, 1] (vector field times the interval's length), so both passes save
+    at times shared by every run. Returns (FlowHistory with a leading run axis, failure
+    codes (B,): `_SUCCESS`, a diffrax RESULTS value, or `_NON_FINITE`).
+    """
     loss_fn = functools.partial(
         reduced_objective, loss=loss, gain_parametrisation=gain_parametrisation
     )
 
-    def flagged_loss(y, flagged_args):
-        return loss_fn(y, flagged_args[0])
+    def scaled_loss(y, pass_args):
+        args, _, _, time_scale = pass_args
+        return time_scale * loss_fn(y, args)  # its gradient flow runs time_scale times faster
 
-    def solve(y0, args, enabled, event_level):
-        return gradient_flow(
-            flagged_loss,
-            y0,
-            (args, enabled, event_level),
-            ts,
-            rtol=rtol,
-            atol=atol,
-            max_steps=max_steps,
-            event=specialization_event(),
-            saveat=diffrax.SaveAt(ts=ts, t1=True),
-            throw=False,  # checked below: an event is not a failure
+    def one(y0, args, ts, level, rtol, atol):
+        def solve_pass(carry, pass_inputs):
+            y_start, time_scale = carry
+            span, enabled = pass_inputs
+            sol = gradient_flow(
+                scaled_loss,
+                y_start,
+                (args, level, enabled, time_scale),
+                span,
+                rtol=rtol,
+                atol=atol,
+                max_steps=max_steps,
+                event=_crossing_event(),
+                saveat=diffrax.SaveAt(ts=span, t1=True),
+                throw=False,
+            )
+            ys = jax.tree_util.tree_map(lambda x: x[:-1], sol.ys)
+            above = specialization_order(ys.pooling_logits) >= level
+            first = jnp.argmax(above)
+            bracketed = jnp.any(above) & (first > 0)
+            # Without a bracket the second pass has time_scale 0: the state stays put.
+            lo, hi = jnp.where(bracketed, first - 1, 0), jnp.where(bracketed, first, 0)
+            start = jax.tree_util.tree_map(lambda x: x[lo], ys)
+            # An event stops the save grid early: its time is the last finite saved time.
+            end = jnp.max(jnp.where(jnp.isfinite(sol.ts), sol.ts, -jnp.inf))
+            found = (ys, sol.result._value, jnp.asarray(sol.event_mask), end, lo, hi)
+            return (start, span[hi] - span[lo]), found
+
+        unit = jnp.linspace(0.0, 1.0, ts.shape[0], dtype=ts.dtype)
+        passes = (jnp.stack([ts, unit]), jnp.array([False, True]))
+        _, (ys, codes, hits, ends, lo, hi) = jax.lax.scan(
+            solve_pass, (y0, jnp.ones((), ts.dtype)), passes
         )
-
-    def one(y0, args, event_level):
-        # One solve, vmapped over (event off: the trajectory; event on: the event time);
-        # without the event only the first (vmapped solves step together: half the work).
-        flags = jnp.array([False, True]) if with_event else jnp.array([False])
-        sols = jax.vmap(solve, in_axes=(None, None, 0, None))(y0, args, flags, event_level)
-        failed = sols.result._value[0] != diffrax.RESULTS.successful._value
-        ys = jax.tree_util.tree_map(lambda x: jnp.where(failed, jnp.nan, x[0, :-1]), sols.ys)
+        ys = jax.tree_util.tree_map(lambda x: x[0], ys)
+        lo, hi = lo[0], hi[0]
         losses = jax.vmap(loss_fn, in_axes=(0, None))(ys, args)
-        t_star = jnp.nan
-        if with_event:
-            started = specialization_order(y0.pooling_logits) >= event_level
-            hit = jnp.asarray(sols.event_mask)[1]
-            # An event stops the save grid early; its time is the last finite saved time.
-            t_event = jnp.max(jnp.where(jnp.isfinite(sols.ts[1]), sols.ts[1], -jnp.inf))
-            t_star = jnp.where(started, ts[0], jnp.where(hit, t_event, jnp.inf))
-        return FlowHistory(
+        started = specialization_order(ys.pooling_logits[0]) >= level
+        t_cross = jnp.where(hits[1], ts[lo] + ends[1] * (ts[hi] - ts[lo]), ts[hi])
+        t_star = jnp.where(started, ts[0], jnp.where(hi > 0, t_cross, jnp.inf))
+        finite = (
+            jnp.all(jnp.isfinite(ys.pooling_logits))
+            & jnp.all(jnp.isfinite(ys.gain_param))
+            & jnp.all(jnp.isfinite(losses))
+        )
+        refine_failed = (codes[1] != _SUCCESS) & (codes[1] != _EVENT)
+        code = jnp.where(
+            codes[0] != _SUCCESS,
+            codes[0],
+            jnp.where(refine_failed, codes[1], jnp.where(finite, _SUCCESS, _NON_FINITE)),
+        )
+        history = FlowHistory(
             times=ts,
             pooling_weights=jax.nn.softmax(ys.pooling_logits, axis=-1),
             gain=gain_from_param(ys.gain_param, gain_parametrisation),
             loss=losses,
             specialization_time=t_star,
         )
+        return history, code
 
-    return jax.vmap(one)(y0, args, event_level)
+    ts_axis = 0 if ts.ndim == 2 else None  # shared save times keep the solve's loop unbatched
+    return jax.vmap(one, in_axes=(0, 0, ts_axis, 0, 0, 0))(y0, args, ts, event_level, rtol, atol)
+
+
+@functools.partial(jit, static_argnames=("heads", "stride"))
+def _seed_starts(seeds, init_scales, *, heads, stride):
+    """The trainer's initial pooling logits for each seed, `(B, H, s)` in float64."""
+    draw = jax.vmap(lambda seed, scale: initial_pooling_logits(seed, heads, stride, scale))
+    return draw(seeds, init_scales).astype(jnp.float64)
+
+
+def _padded_size(count: int, batch_size: int | None) -> int:
+    """Runs per compiled solve: `batch_size`, or the next power of two (so calls share programs)."""
+    if batch_size is not None:
+        if batch_size < count:
+            raise ValueError(f"batch_size {batch_size} is smaller than the group ({count} runs)")
+        return batch_size
+    return 1 << (count - 1).bit_length()
+
+
+def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """Repeat the last row up to `rows` (padding runs are real runs, then discarded)."""
+    return np.concatenate([x, np.repeat(x[-1:], rows - x.shape[0], axis=0)]) if rows > len(x) else x
+
+
+def _each_run(value, runs: int, name: str) -> list[np.ndarray] | None:
+    """`value` as one float64 array per run: shared (its elements are numbers) or per run."""
+    if value is None:
+        return None
+    if np.ndim(value) >= 1 and len(value) and np.ndim(value[0]) == 0:
+        return [np.asarray(value, np.float64)] * runs
+    rows = [np.asarray(v, np.float64) for v in value]
+    if len(rows) != runs:
+        raise ValueError(f"{name}: expected one entry per config ({runs}), got {len(rows)}")
+    return rows
+
+
+def _save_times(configs: Sequence[FlowConfig], times) -> list[np.ndarray]:
+    """Each run's save times: `linspace(0, t1, saves)`, or the given ones (checked)."""
+    if times is None:
+        grids = {(c.t1, c.saves): np.linspace(0.0, c.t1, c.saves) for c in configs}
+        return [grids[c.t1, c.saves] for c in configs]
+    for i, (c, ts) in enumerate(zip(configs, times, strict=True)):
+        if ts.ndim != 1 or not (np.all(np.isfinite(ts)) and np.all(np.diff(ts) > 0)):
+            raise ValueError(f"times of run {i}: must be finite and strictly increasing (T,)")
+        if len(ts) != c.saves or ts[-1] != c.t1:
+            raise ValueError(
+                f"times of run {i}: must end at its t1 ({c.t1:g}) and number its saves "
+                f"({c.saves}); got {len(ts)} times ending at {ts[-1]:g}"
+            )
+    return list(times)
+
+
+def _describe(index: int, config: FlowConfig) -> str:
+    """`run i (field=value ...)`: the fields that differ from the defaults."""
+    changed = [
+        f"{f.name}={_shown(getattr(config, f.name))}"
+        for f in dataclasses.fields(FlowConfig)
+        if getattr(config, f.name) != f.default
+    ]
+    return f"run {index} ({' '.join(changed) or 'the default config'})"
+
+
+def _shown(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _failure_reason(code: int, config: FlowConfig) -> str:
+    if code == _MAX_STEPS:
+        return (
+            f"the solver reached --max-steps {config.max_steps} before t1 = {config.t1:g} "
+            "(raise --max-steps or lower --t1)"
+        )
+    if code == _NON_FINITE:
+        return "the solution became non-finite (lower --gain or --t1)"
+    return f"the solver failed (diffrax result code {code})"
+
+
+def _group_inputs(configs: Sequence[FlowConfig], starts, times, phase_scale):
+    """The batched solve's per-run inputs for configs sharing `FlowConfig.static`."""
+    c0 = configs[0]
+    heads, stride = c0.heads, c0.stride
+
+    def per_run(name):
+        return np.asarray([float(getattr(c, name)) for c in configs], np.float64)
+
+    if starts is None:
+        seeds = np.asarray([c.seed for c in configs], np.uint32)
+        logits0 = np.asarray(
+            _seed_starts(
+                seeds, per_run("init_scale").astype(np.float32), heads=heads, stride=stride
+            )
+        )
+    else:
+        logits0 = np.stack(starts)
+        if logits0.shape != (len(configs), heads, stride):
+            raise ValueError(f"starts: each must be (heads, stride) = {(heads, stride)}")
+    gains = np.broadcast_to(per_run("gain")[:, None], (len(configs), heads))
+    y0 = FlowState(logits0, np.asarray(gain_to_param(gains, c0.gain_parametrisation)))
+    scale = np.ones((len(configs), stride)) if phase_scale is None else np.stack(phase_scale)
+    if scale.shape != (len(configs), stride):
+        raise ValueError(f"phase_scale: each must be (stride,) = ({stride},)")
+    args = FlowArgs(
+        chunks=per_run("chunks"),
+        learn_gain=per_run("learn_gain"),
+        weight_decay=per_run("weight_decay"),
+        phase_entropy=per_run("phase_entropy"),
+        phase_scale=scale,
+        dim=None if c0.dim is None else per_run("dim"),
+    )
+    grids, picks = _save_grids(_save_times(configs, times))
+    ts = grids[0] if all(np.array_equal(g, grids[0]) for g in grids) else np.stack(grids)
+    return (y0, args, ts, per_run("event_level"), per_run("rtol"), per_run("atol")), picks
+
+
+def _save_grids(saves: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each run's save times padded to one count, a power of two (so calls share programs).
+
+    Padding halves the widest gaps: the extra saves are read off the solver's dense output
+    at no cost to its steps (repeating the last time instead slows the solve). Returns the
+    padded grids and, per run, the indices of its own times in its grid.
+    """
+    width = 1 << (max(len(ts) for ts in saves) - 1).bit_length()
+    padded: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+    grids, picks = [], []
+    for ts in saves:
+        if ts.tobytes() not in padded:
+            grid = ts
+            while len(grid) < width:
+                i = int(np.argmax(np.diff(grid)))
+                grid = np.insert(grid, i + 1, 0.5 * (grid[i] + grid[i + 1]))
+            padded[ts.tobytes()] = grid, np.searchsorted(grid, ts)
+        grids.append(padded[ts.tobytes()][0])
+        picks.append(padded[ts.tobytes()][1])
+    return grids, picks
+
+
+def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
+    """One compiled solve of configs sharing `FlowConfig.static`, padded to `rows` runs.
+
+    per_run: (starts, times, phase_scale), each None or one array per config. Returns the
+    numpy history `(runs, T, ...)` (T the padded save count), failure codes `(runs,)`, and
+    per run the indices of its own save times among the T.
+    """
+    from weakspots.sims.train import _to_host, replicate, shard_runs
+
+    static = configs[0].static
+    (y0, args, ts, *rest), picks = _group_inputs(configs, *per_run)
+    runs = (y0, args, *rest)
+    runs = jax.tree_util.tree_map(lambda x: _pad_rows(np.asarray(x), rows), runs)
+    ts = _pad_rows(ts, rows) if ts.ndim == 2 else ts
+    if mesh is not None:
+        runs = shard_runs(runs, mesh)
+        ts = shard_runs(ts, mesh) if ts.ndim == 2 else replicate(ts, mesh)
+    y0, args, *rest = runs
+    history, codes = _solve_batch(
+        y0,
+        args,
+        ts,
+        *rest,
+        loss=static.loss,
+        gain_parametrisation=static.gain_parametrisation,
+        max_steps=static.max_steps,
+    )
+    count = len(configs)
+    history = jax.tree_util.tree_map(lambda x: _to_host(x)[:count], history)
+    return history, _to_host(codes)[:count], picks
+
+
+def solve_many(
+    configs: Sequence[FlowConfig],
+    *,
+    starts=None,
+    times=None,
+    phase_scale=None,
+    throw: bool = True,
+    mesh: jax.sharding.Mesh | None = None,
+    batch_size: int | None = None,
+) -> list[FlowResult]:
+    """Solve every config's reduced flow; one compiled program per distinct `config.static`.
+
+    Configs sharing `FlowConfig.static` are solved together, vmapped, in one call padded to
+    `batch_size` runs (default: the next power of two, so later calls reuse the program);
+    a run's numbers do not depend on the runs solved with it (up to float rounding).
+
+    Arguments:
+        configs: the flows.
+        starts: optional initial pooling logits, one `(H, s)` per config (an array
+            `(runs, H, s)` or a list), in place of the trainer's draw from each config's
+            `seed` and `init_scale`.
+        times: optional save times, strictly increasing: `(T,)` for every run, or one `(T,)`
+            per config; in place of `linspace(0, t1, saves)`. The flow starts at the first;
+            each run's last time must be its `t1` and its count its `saves`.
+        phase_scale: optional needle-logit factor per phase, `(s,)` for every run or one per
+            config (RoPE anchoring, `theory.rope`); default ones.
+        throw: raise `FlowFailed` if any run's solve failed (max_steps reached, non-finite
+            values); with False, such a run comes back with `failure` set and nan history.
+        mesh: optional 1-D device mesh; the run axis is split over it (`sims.train.shard_runs`).
+        batch_size: runs per compiled solve (at least the largest group).
+
+    Returns one `FlowResult` per config, in order.
+    """
+    configs = list(configs)
+    if not all(isinstance(c, FlowConfig) for c in configs):
+        raise TypeError("solve_many: configs must be FlowConfigs")
+    per_run = [
+        None if starts is None else [np.asarray(x, np.float64) for x in starts],
+        _each_run(times, len(configs), "times"),
+        _each_run(phase_scale, len(configs), "phase_scale"),
+    ]
+    if per_run[0] is not None and len(per_run[0]) != len(configs):
+        raise ValueError(f"starts: expected one per config ({len(configs)}), got {len(per_run[0])}")
+    groups: dict[FlowConfig, list[int]] = {}
+    for i, config in enumerate(configs):
+        groups.setdefault(config.static, []).append(i)
+    results: list[FlowResult | None] = [None] * len(configs)
+    for members in groups.values():
+        start = time.perf_counter()
+        group = [configs[i] for i in members]
+        history, codes, picks = _solve_group(
+            group,
+            [None if x is None else [x[i] for i in members] for x in per_run],
+            mesh,
+            _padded_size(len(members), batch_size),
+        )
+        wall = (time.perf_counter() - start) / len(members)
+        for r, i in enumerate(members):
+            own = picks[r]
+            one = FlowHistory(
+                times=history.times[r, own],
+                pooling_weights=history.pooling_weights[r, own],
+                gain=history.gain[r, own],
+                loss=history.loss[r, own],
+                specialization_time=history.specialization_time[r],
+            )
+            failure = None
+            if int(codes[r]) != _SUCCESS:
+                failure = _failure_reason(int(codes[r]), configs[i])
+                one = jax.tree_util.tree_map(lambda x: np.full_like(x, np.nan), one)
+            results[i] = FlowResult(configs[i], one, wall, failure)
+    failed = [(i, r) for i, r in enumerate(results) if r.failure is not None]
+    if throw and failed:
+        i, result = failed[0]
+        more = f" ({len(failed) - 1} more runs failed)" if len(failed) > 1 else ""
+        raise FlowFailed(f"flow failed: {_describe(i, result.config)}: {result.failure}{more}")
+    return results
+
+
+def solve(config: FlowConfig, **kwargs) -> FlowResult:
+    """Solve one flow: `solve_many([config], ...)`, with `starts` one `(H, s)` array."""
+    if kwargs.get("starts") is not None:
+        kwargs["starts"] = [kwargs["starts"]]
+    return solve_many([config], **kwargs)[0]
+
+
+def stack(results: Sequence[FlowResult]) -> FlowHistory:
+    """The histories of `results` stacked on a leading run axis (they must share `saves`)."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *(r.history for r in results))
+
+
+_DEFAULT = FlowConfig()
 
 
 def reduced_flow(
     key=None,
     *,
-    stride,
-    chunks,
-    heads=1,
-    gain=16.0,
-    init_scale=1e-3,
-    weight_decay=0.0,
-    learn_gain=False,
-    loss="mse",
-    t_end=1000.0,
+    stride=_DEFAULT.stride,
+    chunks=_DEFAULT.chunks,
+    heads=_DEFAULT.heads,
+    gain=_DEFAULT.gain,
+    init_scale=_DEFAULT.init_scale,
+    weight_decay=_DEFAULT.weight_decay,
+    learn_gain=_DEFAULT.learn_gain,
+    loss=_DEFAULT.loss,
+    t_end=_DEFAULT.t1,
     ts=None,
-    n_save=101,
-    rtol=1e-8,
-    atol=1e-10,
-    event_level=0.25,
-    entropy_weight=0.0,
+    n_save=_DEFAULT.saves,
+    rtol=_DEFAULT.rtol,
+    atol=_DEFAULT.atol,
+    event_level=_DEFAULT.event_level,
+    entropy_weight=_DEFAULT.phase_entropy,
     phase_scale=None,
-    gain_parametrisation="log",
+    gain_parametrisation=_DEFAULT.gain_parametrisation,
     init_pooling_logits=None,
-    max_steps=1_000_000,
+    max_steps=_DEFAULT.max_steps,
     dim=None,
 ):
-    """Reduced gradient flow da/dt = -grad L_inf (THEORY 5), batched over starts and sweeps.
+    """The batched solve of `solve_many` on per-run arrays; prefer `solve_many`.
 
-    key: a PRNG key or (B,) keys, one start per key (pooling logits
-    init_scale * N(0, 1) of shape (H, s)); or init_pooling_logits (B, H, s) instead.
-    gain, init_scale, weight_decay, chunks, learn_gain, entropy_weight, event_level:
-    scalars or (B,) arrays (gain may be (B, H)); they travel as arrays, so one
-    compilation serves every value (shapes are set by stride, heads, len(ts)).
-    stride s, heads H; loss "mse" | "ce"; t_end or ts (T,) the save times;
-    phase_scale: optional (s,) needle-logit factor (theory.rope); rtol/atol of the PID
-    controller; event_level: the specialisation event (theory.specialization_time), or
-    None to skip it (specialization_time nan; the event's solve is half the cost).
-    dim: None for L_inf; else d, a scalar or (B,) (one compilation serves every d), and
-    the flow follows the finite-d expected loss L_d (theory.finite_d_loss; heads=1, mse).
-    Returns FlowHistory with a leading batch axis (B,) on every field; a run whose solve
-    failed (e.g. max_steps reached) comes back as nan.
+    Defaults are `FlowConfig`'s (t_end is its t1, n_save its saves, entropy_weight its
+    phase_entropy). key: a PRNG key or (B,) keys, one start per key (pooling logits
+    init_scale * N(0, 1) of shape (H, s), float64 from the key itself); or
+    init_pooling_logits (B, H, s) instead. gain, init_scale, weight_decay, chunks,
+    learn_gain, entropy_weight, event_level, dim: scalars or (B,) arrays (gain may be
+    (B, H)). ts (T,) the save times (default linspace(0, t_end, n_save)); phase_scale
+    optional (s,). event_level None: specialization_time is nan. Returns FlowHistory with
+    a leading batch axis (B,) on every field; a run whose solve failed comes back as nan.
     """
     if init_pooling_logits is not None:
-        logits0 = jnp.asarray(init_pooling_logits, dtype=jnp.float64)
+        logits0 = np.asarray(init_pooling_logits, dtype=np.float64)
         batch = logits0.shape[0]
     else:
         keys = jnp.asarray(key)
@@ -274,49 +627,51 @@ def reduced_flow(
             keys = keys[None]
         batch = keys.shape[0]
         scales = jnp.broadcast_to(jnp.asarray(init_scale, dtype=jnp.float64), (batch,))
-        logits0 = jax.vmap(initial_pooling_logits, in_axes=(0, None, None, 0))(
-            keys, heads, stride, scales
-        )
+        logits0 = jax.vmap(
+            lambda k, scale: scale * jax.random.normal(k, (heads, stride), dtype=jnp.float64)
+        )(keys, scales)
     heads, stride = logits0.shape[1], logits0.shape[2]
-
-    def per_run(x):
-        # numpy first: a strongly typed array, so python floats and arrays share a trace.
-        return jnp.asarray(np.broadcast_to(np.asarray(x, dtype=np.float64), (batch,)))
-
-    gain = np.asarray(gain, dtype=np.float64)
-    gains = jnp.asarray(
-        np.broadcast_to(gain.reshape(-1, 1) if gain.ndim == 1 else gain, (batch, heads))
-    )
-    if phase_scale is None:
-        phase_scale = np.ones((stride,))
     if dim is not None and (heads != 1 or loss != "mse"):
         raise ValueError("reduced_flow: the finite-d loss (dim=...) is for one head and mse")
-    y0 = FlowState(logits0, gain_to_param(gains, gain_parametrisation))
+
+    def per_run(x):
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), (batch,))
+
+    gain = np.asarray(gain, dtype=np.float64)
+    gains = np.broadcast_to(gain.reshape(-1, 1) if gain.ndim == 1 else gain, (batch, heads))
+    phase_scale = np.ones((stride,)) if phase_scale is None else phase_scale
+    y0 = FlowState(jnp.asarray(logits0), gain_to_param(jnp.asarray(gains), gain_parametrisation))
     args = FlowArgs(
         chunks=per_run(chunks),
-        learn_gain=per_run(float(learn_gain) if isinstance(learn_gain, bool) else learn_gain),
+        learn_gain=per_run(learn_gain),
         weight_decay=per_run(weight_decay),
-        entropy_weight=per_run(entropy_weight),
-        phase_scale=jnp.asarray(
-            np.broadcast_to(np.asarray(phase_scale, dtype=np.float64), (batch, stride))
-        ),
+        phase_entropy=per_run(entropy_weight),
+        phase_scale=np.broadcast_to(np.asarray(phase_scale, np.float64), (batch, stride)),
         dim=None if dim is None else per_run(dim),
     )
-    if ts is None:
-        ts = jnp.linspace(0.0, t_end, n_save)
-    ts = jnp.asarray(np.asarray(ts, dtype=np.float64))
-    return _solve_batch(
+    ts = np.linspace(0.0, t_end, n_save) if ts is None else np.asarray(ts, np.float64)
+    history, codes = _solve_batch(
         y0,
         args,
         ts,
-        per_run(0.0 if event_level is None else event_level),
-        rtol,
-        atol,
-        loss,
-        gain_parametrisation,
-        max_steps,
-        event_level is not None,
+        per_run(np.inf if event_level is None else event_level),
+        per_run(rtol),
+        per_run(atol),
+        loss=loss,
+        gain_parametrisation=gain_parametrisation,
+        max_steps=max_steps,
     )
+    failed = (codes != _SUCCESS)[:, None]
+    history = FlowHistory(
+        times=history.times,
+        pooling_weights=jnp.where(failed[:, :, None, None], jnp.nan, history.pooling_weights),
+        gain=jnp.where(failed[:, :, None], jnp.nan, history.gain),
+        loss=jnp.where(failed, jnp.nan, history.loss),
+        specialization_time=jnp.where(
+            failed[:, 0] | (event_level is None), jnp.nan, history.specialization_time
+        ),
+    )
+    return history
 
 
 # ----------------------------------------------------------------------------- (b) finite-d flow

@@ -3,9 +3,9 @@
 A sweep spec (TOML) names `kind = "train" | "flow"`, a `[fixed]` table and a `[grid]` table
 of lists whose cartesian product are the runs; keys are the config field names (the
 command-line flag names, `-` or `_`). Runs are grouped into buckets that share one
-compiled program (`TrainConfig.static`, or the flow's shape and solver settings), each
-bucket runs in equal, memory-sized batches whose run axis is split over a 1-D device mesh
-(`sims.train.run_batch(mesh=...)`; the diffrax flow solves under `jax.shard_map`), and
+compiled program (`TrainConfig.static` or `FlowConfig.static`), each bucket runs in
+equal, memory-sized batches whose run axis is split over a 1-D device mesh
+(`sims.train.run_batch(mesh=...)`, `sims.flow.solve_many(mesh=...)`), and
 every finished run is written to a `sims.store` at once, so a killed sweep resumes where
 it stopped. `--slice i/n` keeps every n-th run (from the i-th, 0-based) for batch
 schedulers; under `jax.distributed` the mesh spans every process's devices and process 0
@@ -21,13 +21,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import sys
+import threading
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +34,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.config import ConfigError, TrainConfig
+from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
-from weakspots.idealized.xla import jit
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
-from weakspots.sims.train import Hyper, _to_host, run_batch, shard_runs
+from weakspots.sims.progress import Progress
+from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
 
 __all__ = [
-    "FlowConfig",
     "Run",
     "SpecError",
     "SweepSpec",
@@ -65,75 +63,8 @@ class SpecError(ValueError):
     """A malformed sweep spec; the message names the offending key."""
 
 
-@dataclass(frozen=True)
-class FlowConfig:
-    """One reduced gradient flow (`sims.flow.reduced_flow`), flat, named as its arguments.
-
-    Defaults are `reduced_flow`'s. The initial pooling logits are
-    `init_scale * N(0, 1)` drawn from `jax.random.key(seed)`.
-    """
-
-    stride: int = 8
-    chunks: int = 64
-    heads: int = 1
-    gain: float = 16.0
-    init_scale: float = 1e-3
-    weight_decay: float = 0.0
-    learn_gain: bool = False
-    loss: str = "mse"
-    t_end: float = 1000.0
-    n_save: int = 101
-    rtol: float = 1e-8
-    atol: float = 1e-10
-    event_level: float = 1.0
-    entropy_weight: float = 0.0
-    gain_parametrisation: str = "log"
-    max_steps: int = 200_000
-    seed: int = 0
-
-    def __post_init__(self):
-        for name in ("stride", "heads", "n_save", "max_steps"):
-            _check(name, _is_int(getattr(self, name)) and getattr(self, name) >= 1, ">= 1")
-        _check("chunks", _is_int(self.chunks) and self.chunks >= 2, "an integer >= 2")
-        _check("seed", _is_int(self.seed) and self.seed >= 0, "an integer >= 0")
-        for name in ("gain", "t_end", "rtol", "atol"):
-            value = getattr(self, name)
-            _check(name, _is_real(value) and math.isfinite(value) and value > 0, "a number > 0")
-        for name in ("init_scale", "weight_decay", "event_level", "entropy_weight"):
-            value = getattr(self, name)
-            _check(name, _is_real(value) and math.isfinite(value) and value >= 0, "a number >= 0")
-        _check("loss", self.loss in ("mse", "ce"), "one of mse, ce")
-        _check("gain_parametrisation", self.gain_parametrisation in ("log", "linear"), "log|linear")
-        _check("learn_gain", isinstance(self.learn_gain, bool), "true or false")
-
-    @property
-    def static(self) -> tuple:
-        """What one compiled solve shares: shapes, loss, and the solver's settings."""
-        return (
-            "flow",
-            self.stride,
-            self.heads,
-            self.loss,
-            self.gain_parametrisation,
-            self.n_save,
-            self.t_end,
-            self.rtol,
-            self.atol,
-            self.max_steps,
-        )
-
-
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check(field: str, ok: bool, requirement: str) -> None:
-    if not ok:
-        raise ConfigError(field, f"must be {requirement}")
 
 
 CONFIGS: dict[str, type] = {"train": TrainConfig, "flow": FlowConfig}
@@ -169,14 +100,28 @@ class SweepSpec:
     kind: str = "train"
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     grid: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
+    source: str = dataclasses.field(default="spec", compare=False)
 
     def runs(self) -> list[Run]:
-        """Every run, in grid order (the last grid key varies fastest), duplicates dropped."""
+        """Every run, in grid order (the last grid key varies fastest), duplicates dropped.
+
+        Each run's config is validated as the command line's flags are (`TrainConfig`), and
+        canonical (`16` for a float field is `16.0`), so one logical run has one hash; an
+        invalid one raises SpecError naming the spec, the key and the value.
+        """
         cls = CONFIGS[self.kind]
         names = list(self.grid)
         runs, seen = [], set()
         for values in itertools.product(*(self.grid[n] for n in names)):
-            config = cls(**{**self.fixed, **dict(zip(names, values, strict=True))})
+            point = dict(zip(names, values, strict=True))
+            try:
+                config = cls(**{**self.fixed, **point})
+            except ConfigError as err:
+                where = "[grid]" if err.field in point else "[fixed]"
+                raise SpecError(
+                    f"{self.source}: {err.field} ({where}): {err.message}"
+                    + (f" (at grid point {point})" if point else "")
+                ) from None
             run = Run(self.kind, config)
             if run.hash not in seen:
                 seen.add(run.hash)
@@ -233,7 +178,7 @@ def parse_spec(data: Mapping[str, Any], source: str = "spec") -> SweepSpec:
     both = sorted(set(tables["fixed"]) & set(tables["grid"]))
     if both:
         raise SpecError(f"{source}: key {both[0]!r} is in both [fixed] and [grid]")
-    return SweepSpec(kind, tables["fixed"], tables["grid"])
+    return SweepSpec(kind, tables["fixed"], tables["grid"], source)
 
 
 def load_spec(path: str | Path) -> SweepSpec:
@@ -243,6 +188,8 @@ def load_spec(path: str | Path) -> SweepSpec:
             data = tomllib.load(f)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(f"{path}: not valid TOML ({err})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not valid TOML (not UTF-8 text)") from None
     except OSError as err:
         raise SpecError(f"{path}: cannot read ({err.strerror})") from None
     return parse_spec(data, str(path))
@@ -273,7 +220,7 @@ def run_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
 def _bytes_per_run(run: Run) -> int:
     config = run.config
     if run.kind == "flow":
-        return 64 * config.n_save * config.heads * config.stride * 8 + 2**16
+        return 64 * config.saves * config.heads * config.stride * 8 + 2**16
     width = 1 if config.model.uses_gram else config.dim
     per_needle = config.chunks * config.stride * width * config.heads
     eval_needles = config.eval_samples if config.model.uses_gram else 256
@@ -305,6 +252,16 @@ def _train_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dic
     weights = history.pooling_weights
     out = []
     for r, config in enumerate(configs):
+        trajectory = {
+            name: getattr(history, name)[r]
+            for name in ("times", "steps", "pooling_weights", "gain", "loss", "phase_accuracy")
+            if getattr(history, name) is not None
+        }
+        trajectory["step_loss"] = step_loss[r]
+        reason = failure(step_loss[r], history.gain[r], history.steps[r])
+        if reason is not None:  # no metric: a failed run's numbers are not results
+            out.append(({"diverged": True, "failure": f"training diverged: {reason}"}, trajectory))
+            continue
         report = phase_report(history.phase_accuracy[r, -1], config.eval_samples)
         w = None if weights is None else weights[r, -1]
         metrics = {
@@ -313,90 +270,26 @@ def _train_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dic
             "psc": report["psc"],
             "psc_std": report["psc_std"],
             "final_loss": float(history.loss[r, -1]),
-            "diverged": not bool(np.all(np.isfinite(step_loss[r]))),
+            "diverged": False,
             "phase_accuracy": report["phase_accuracy"],
             "final_gain": history.gain[r, -1].tolist(),
             "support_size": None if w is None else support_size(w).tolist(),
             "specialization_index": None if w is None else specialization_index(w).tolist(),
         }
-        trajectory = {
-            name: getattr(history, name)[r]
-            for name in ("times", "steps", "pooling_weights", "gain", "loss", "phase_accuracy")
-            if getattr(history, name) is not None
-        }
-        trajectory["step_loss"] = step_loss[r]
         out.append((metrics, trajectory))
     return out
 
 
-def flow_inputs(configs: Sequence[FlowConfig]):
-    """`(y0, args, event_level)` of `reduced_flow` for configs that share `static`.
-
-    An adapter onto `sims.flow`'s batched solve: `reduced_flow` builds the same inputs
-    from host values, which cannot happen inside `shard_map`.
-    """
-    c0 = configs[0]
-    keys = jax.vmap(jax.random.key)(jnp.asarray([c.seed for c in configs], jnp.uint32))
-    scales = jnp.asarray([c.init_scale for c in configs], jnp.float64)
-    logits0 = jax.vmap(flow_lib.initial_pooling_logits, in_axes=(0, None, None, 0))(
-        keys, c0.heads, c0.stride, scales
-    )
-    per_run = lambda name: np.asarray([float(getattr(c, name)) for c in configs])  # noqa: E731
-    gains = np.broadcast_to(per_run("gain")[:, None], (len(configs), c0.heads))
-    y0 = flow_lib.FlowState(
-        np.asarray(logits0),
-        np.asarray(flow_lib.gain_to_param(gains, c0.gain_parametrisation)),
-    )
-    args = flow_lib.FlowArgs(
-        chunks=per_run("chunks"),
-        learn_gain=per_run("learn_gain"),
-        weight_decay=per_run("weight_decay"),
-        entropy_weight=per_run("entropy_weight"),
-        phase_scale=np.ones((len(configs), c0.stride)),
-    )
-    return y0, args, per_run("event_level")
-
-
-@partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
-def _solve_partitioned(
-    y0, args, event_level, ts, rtol, atol, loss, gain_parametrisation, max_steps
-):
-    # reduced_flow's batched solve (see flow_inputs), staged into this program, whose
-    # compiler options apply (idealized.xla).
-    return flow_lib._solve_batch(  # noqa: SLF001
-        y0, args, ts, event_level, rtol, atol, loss, gain_parametrisation, max_steps, True
-    )  # with_event: a flow sweep records each run's time to specialise
-
-
-def _flow_solve(configs: Sequence[FlowConfig], mesh) -> flow_lib.FlowHistory:
-    c0 = configs[0]
-    y0, args, event_level = flow_inputs(configs)
-    if mesh is not None:
-        y0, args, event_level = shard_runs((y0, args, event_level), mesh)
-    # Not `jax.shard_map`: inside it the specialisation event's root-finder (equinox
-    # closure conversion in lineax) rejects shard_map's manual-axis types (jax 0.10,
-    # equinox 0.13). The auto-partitioner keeps the vmapped solve split over the run
-    # axis; its while-loop runs until the slowest run of the batch is done, as vmap's does.
-    out = _solve_partitioned(
-        y0,
-        args,
-        event_level,
-        np.linspace(0.0, c0.t_end, c0.n_save),
-        c0.rtol,
-        c0.atol,
-        loss=c0.loss,
-        gain_parametrisation=c0.gain_parametrisation,
-        max_steps=c0.max_steps,
-    )
-    return jax.tree.map(lambda x: _to_host(x)[: len(configs)], out)
-
-
-def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
+def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict | None]]:
     configs = [r.config for r in runs]
-    history = _flow_solve(configs + [configs[-1]] * (padded - len(configs)), mesh)
+    results = flow_lib.solve_many(configs, mesh=mesh, batch_size=padded, throw=False)
     out = []
-    for r, config in enumerate(configs):
-        w, gain = history.pooling_weights[r, -1], history.gain[r, -1]
+    for config, result in zip(configs, results, strict=True):
+        if result.failure is not None:
+            out.append(({"failure": result.failure}, None))  # no metrics: they would be nan
+            continue
+        history = result.history
+        w, gain = history.pooling_weights[-1], history.gain[-1]
         # At d = infinity the argmax always finds the needle; the phase's expected
         # retrieval probability Pbar[phi] (THEORY 5) is the flow's "accuracy".
         prob = np.asarray(mean_needle_probability(jnp.log(w), gain, float(config.chunks)))
@@ -406,16 +299,15 @@ def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict
             "delta_max": report["delta_max"],
             "psc": report["psc"],
             "psc_std": report["psc_std"],
-            "final_loss": float(history.loss[r, -1]),
-            "diverged": not bool(np.all(np.isfinite(history.loss[r]))),
-            "specialization_time": float(history.specialization_time[r]),
+            "final_loss": float(history.loss[-1]),
+            "specialization_time": float(history.specialization_time),
             "phase_accuracy": report["phase_accuracy"],
             "final_gain": gain.tolist(),
             "support_size": support_size(w).tolist(),
             "specialization_index": specialization_index(w).tolist(),
         }
         trajectory = {
-            name: np.asarray(getattr(history, name)[r])
+            name: np.asarray(getattr(history, name))
             for name in ("times", "pooling_weights", "gain", "loss")
         }
         out.append((metrics, trajectory))
@@ -441,28 +333,6 @@ class SweepReport:
         return self.ran / self.seconds if self.seconds > 0 else math.inf
 
 
-class Progress:
-    """`sweep: done/total runs, runs/s, ETA` on stderr, at most once a second and at the end."""
-
-    def __init__(self, total: int, every_seconds: float = 1.0):
-        self.total, self.done, self.every = total, 0, every_seconds
-        self.start = self.last = time.perf_counter()
-
-    def __call__(self, ran: int) -> None:
-        self.done += ran
-        now = time.perf_counter()
-        if now - self.last < self.every and self.done < self.total:
-            return
-        self.last = now
-        rate = self.done / max(now - self.start, 1e-9)
-        eta = (self.total - self.done) / rate if rate > 0 else math.inf
-        print(
-            f"sweep: {self.done}/{self.total} runs  {rate:.2f} runs/s  ETA {eta:.0f}s",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
 def run_sweep(
     runs: Sequence[Run],
     store_dir: str | Path,
@@ -471,7 +341,7 @@ def run_sweep(
     mesh: jax.sharding.Mesh | None = None,
     runs_per_device: int | None = None,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
 ) -> SweepReport:
     """Execute `runs` into the store at `store_dir`, one bucket (compiled program) at a time.
 
@@ -481,11 +351,21 @@ def run_sweep(
         resume: skip runs already in the store (without it they are run and replaced).
         mesh: a 1-D device mesh (`run_mesh()`); `None` runs on the default device.
         runs_per_device: batch size per device; default from `memory_bytes` per device.
-        progress: called with the number of runs each finished batch wrote.
+        progress: a `sims.progress.Progress` in runs: planned here (runs already stored
+            count as done), updated as each batch finishes.
+    Before any run starts, the store is checked to be writable (`store.prepare`) and one
+    run of every training structure to fit in a device's memory (`train.check_memory`).
+    A training run that diverges is stored with no metrics, `diverged = True` and its
+    reason in `failure`, rather than stopping the sweep.
     Under several processes (`jax.distributed`) every process runs the same batches
     and process 0 writes.
     """
     start = time.perf_counter()
+    if jax.process_index() == 0:
+        store.prepare(store_dir)  # a store that cannot be written fails now, not after training
+    devices = 1 if mesh is None else mesh.size
+    for run in {r.bucket: r for r in runs if r.kind == "train"}.values():
+        check_memory(run.config, 1)  # one run of every structure must fit, before any trains
     done = store.completed_hashes(store_dir) if resume else set()
     todo = [r for r in runs if r.hash not in done]
     if jax.process_count() > 1:
@@ -496,12 +376,18 @@ def run_sweep(
     buckets: dict[Any, list[Run]] = {}
     for run in todo:
         buckets.setdefault(run.bucket, []).append(run)
-    devices = 1 if mesh is None else mesh.size
     writer = jax.process_index() == 0
-    with ThreadPoolExecutor(max_workers=8) as pool:
+    if progress is not None:
+        progress.plan(len(runs), done=len(runs) - len(todo), warmups=len(buckets))
+    writers = f"weakspots-store-write-{next(_POOLS)}"  # names this pool's threads
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix=writers) as pool:
         writes: list[Future] = []
-        _execute(buckets, store_dir, mesh, devices, runs_per_device, memory_bytes,
-                 progress, writer, pool, writes)  # fmt: skip
+        try:
+            _execute(buckets, store_dir, mesh, devices, runs_per_device, memory_bytes,
+                     progress, writer, pool, writes)  # fmt: skip
+        except BaseException:  # Ctrl-C included: what was submitted is stored before it spreads
+            _finish_writes(pool, writers)
+            raise
         for write in writes:
             write.result()  # re-raise a failed write
     return SweepReport(
@@ -512,6 +398,22 @@ def run_sweep(
         buckets=len(buckets),
         devices=devices,
     )
+
+
+_POOLS = itertools.count()
+
+
+def _finish_writes(pool: ThreadPoolExecutor, writers: str) -> None:
+    """Wait until every write submitted to `pool` is done.
+
+    `pool.shutdown(wait=True)` is not enough after an interrupt: one that lands inside
+    `submit` can leave a started writer thread unrecorded by the pool, so the writer
+    threads are found by name (they exit once the queue is drained).
+    """
+    pool.shutdown(wait=False)
+    for thread in threading.enumerate():
+        if thread.name.startswith(writers + "_"):
+            thread.join()
 
 
 def _execute(
@@ -525,7 +427,7 @@ def _execute(
         sizes = batch_sizes(len(members), per_device, devices)
         padded = -(-max(sizes) // devices) * devices
         offset = 0
-        for size in sizes:
+        for index, size in enumerate(sizes):
             batch = members[offset : offset + size]
             offset += size
             t0 = time.perf_counter()
@@ -539,5 +441,5 @@ def _execute(
                     )
                     for run, (m, traj) in zip(batch, results, strict=True)
                 ]
-            if progress is not None:
-                progress(size)
+            if progress is not None:  # a bucket's first batch compiles its program
+                progress.update(size, warmup=index == 0)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import equinox as eqx
@@ -24,7 +23,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.config import HYPER_FIELDS, TrainConfig
+from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,
     correct,
@@ -33,16 +32,18 @@ from weakspots.idealized.loss import (
     retrieval_loss,
 )
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
-from weakspots.idealized.model import RetrievalModel, init_model
+from weakspots.idealized.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import jit
+from weakspots.sims.progress import Progress
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
 
 
 class TrainingDiverged(RuntimeError):
-    """A run's loss became non-finite; the message names the run and the step."""
+    """A run's loss became non-finite, or its learned gain left `(0, inf)`; the message
+    names the run and the step."""
 
 
 class Hyper(eqx.Module):
@@ -122,8 +123,7 @@ def _params(model: RetrievalModel):
 
 def init(config: TrainConfig, hyper: Hyper) -> TrainState:
     """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
-    key = jax.random.key(hyper.seed)
-    k_model, k_data = jax.random.split(key)
+    k_model, k_data = run_keys(hyper.seed)
     model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
     opt_state = _optimizer(config, hyper.lr).init(_params(model))
     return TrainState(model, opt_state, k_data, jnp.zeros((), jnp.int32))
@@ -277,11 +277,118 @@ def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_ou
     return states, losses, record
 
 
+BYTES = 4  # float32
+# Copies of a step's drawn needles alive at once (the draw, its scaled keys, and the
+# backward pass's temporaries), and of an evaluation's: fitted to XLA's own memory
+# analysis of the compiled programs (tests/test_train.py checks the estimate against it).
+STEP_COPIES = 3
+EVAL_COPIES = 3
+
+
+def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
+    """Bytes `run_batch` needs to train `runs` runs of `config` on one device: an estimate
+    from the shapes alone, made before anything compiles.
+
+    A step holds each run's drawn needles (`batch` x N x slots, times d for real keys) and
+    each head's logits, compressed keys or per-token maps; an evaluation holds the shared
+    held-out set (inner products) or a slice of redrawn keys per run. The two do not
+    overlap in time, so the larger counts. Returns the bytes and the flag that sizes most
+    of them (`batch` or `eval_samples`).
+    """
+    m = config.model
+    per_token = m.operator in ("max_pool", "deepseek_v4")  # a map of every token, per head
+    if m.uses_gram:
+        per_needle = config.chunks * (m.slots + config.heads)
+    else:
+        head = config.chunks * config.dim * (m.slots * (1 + per_token) if per_token else 1)
+        per_needle = config.chunks * m.slots * config.dim + config.heads * head
+    step = STEP_COPIES * config.batch * per_needle * runs
+    if m.uses_gram:  # one phase of the shared held-out set at a time, logits for every run
+        shared = config.stride * config.eval_samples * config.chunks * m.slots
+        evaluation = EVAL_COPIES * config.eval_samples * config.chunks * config.heads
+        evaluation = evaluation * m.offset_ensemble * runs
+    else:  # real keys are drawn again in slices of at most EVAL_SUBBATCH_KEYS needles
+        shared = 0
+        needles = math.gcd(config.eval_samples, EVAL_SUBBATCH_KEYS) * m.offset_ensemble
+        evaluation = EVAL_COPIES * needles * per_needle * runs
+    flag = "batch" if step >= evaluation + shared else "eval_samples"
+    return BYTES * (max(step, evaluation) + shared), flag
+
+
+def device_memory(device: jax.Device | None = None) -> int | None:
+    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU."""
+    device = device or jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends do not report memory
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if device.platform == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                info = dict(line.split(":", 1) for line in f)
+            return int(info["MemAvailable"].split()[0]) * 1024
+        except (OSError, KeyError, ValueError):
+            return None
+    return None
+
+
+def check_memory(config: TrainConfig, runs: int, devices: int = 1) -> None:
+    """Raise ConfigError (naming the flag to lower) if `runs` runs cannot fit in memory.
+
+    Runs are split evenly over `devices` devices; the check uses `memory_needed` against
+    `device_memory()` and does nothing where the device does not report its memory.
+    """
+    per_device = -(-runs // devices)
+    need, flag = memory_needed(config, per_device)
+    have = device_memory()
+    if have is not None and need > have:
+        runs_text = f"{per_device} run{'s' if per_device > 1 else ''}"
+        sizes = ["batch", "chunks", "eval_samples"] + ([] if config.model.uses_gram else ["dim"])
+        given = ", ".join(f"--{k.replace('_', '-')} {getattr(config, k)}" for k in sizes)
+        lower = [flag, "chunks"] + ([] if config.model.uses_gram else ["dim"])
+        raise ConfigError(
+            flag,
+            f"training {runs_text} at once needs about {_size(need)} of memory ({given}), "
+            f"more than the {_size(have)} the device has; lower "
+            + " or ".join(f"--{k.replace('_', '-')}" for k in lower)
+            + (", or train fewer runs at once" if per_device > 1 else ""),
+        )
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def failure(step_loss: np.ndarray, gain: np.ndarray, steps: np.ndarray) -> str | None:
+    """Why one run's numbers are not a result, or None if they are.
+
+    `step_loss` `(steps,)`, `gain` `(T, H)` and `steps` `(T,)` are the run's history. A
+    run fails when its training loss is not finite, or when its gain (learned) leaves
+    `(0, inf)`: at 0 every logit is 0, so retrieval is at chance whatever was learned.
+    """
+    bad = ~np.isfinite(step_loss)
+    if bad.any():
+        return f"loss is not finite at step {int(np.argmax(bad)) + 1}"
+    gain = np.asarray(gain)
+    out = ~(np.isfinite(gain) & (gain > 0)).all(axis=-1)
+    if out.any():
+        t = int(np.argmax(out))
+        value = gain[t][~(np.isfinite(gain[t]) & (gain[t] > 0))][0]
+        return f"the learned gain reached {float(value):g} by step {int(steps[t])}"
+    return None
+
+
 def run_batch(
     config: TrainConfig,
     hyper: Hyper,
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     mesh: jax.sharding.Mesh | None = None,
     stop_on_divergence: bool = True,
 ) -> tuple[History, RetrievalModel, np.ndarray]:
@@ -289,17 +396,22 @@ def run_batch(
 
     Returns the stacked history `(R, T, ...)`, the stacked final models, and the per-step
     training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first evaluation
-    block in which some run's loss is not finite, naming the run and the step.
+    block in which some run's loss is not finite or its learned gain left `(0, inf)`
+    (`failure`), naming the run and the step. Before compiling, raises ConfigError if the
+    batch would not fit in the device's memory (`check_memory`).
 
     With a `mesh`, the run axis is split over the mesh's first axis (`shard_runs`: padded
     to a multiple of its size, padding dropped from the results), so the jitted, vmapped
     program is partitioned across its devices; each run's numbers do not depend on it.
     `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
-    records a diverged run's non-finite loss rather than losing its batch).
+    records a diverged run's non-finite loss rather than losing its batch). `progress`
+    (`sims.progress.Progress`) gets the steps of each evaluation block, the first marked
+    as the compile's.
     """
     config = config.static
-    held_out = _shared_held_out(config) if config.model.uses_gram else None
     runs, unsharded = hyper.seed.shape[0], hyper
+    check_memory(config, runs, 1 if mesh is None else mesh.size)
+    held_out = _shared_held_out(config) if config.model.uses_gram else None
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)
         held_out = None if held_out is None else replicate(held_out, mesh)
@@ -310,6 +422,8 @@ def run_batch(
         go = jnp.asarray(block < blocks)
         states, losses, record = _advance_many(config, states, hyper, held_out, go)
         records.append(record)
+        if stop_on_divergence and config.learn_gain:
+            _raise_if_gain_left(_to_host(record["gain"])[:runs], unsharded, block, config)
         if block == blocks:  # the final state's record: its steps were all past the end
             break
         losses = _to_host(losses)[:runs]
@@ -318,8 +432,8 @@ def run_batch(
         if stop_on_divergence:
             _raise_if_diverged(losses, unsharded, first_step=block * config.eval_every)
         step_losses.append(losses)
-        if progress is not None:
-            progress(block + 1, blocks)
+        if progress is not None:  # the first block's time includes the compile
+            progress.update(done, warmup=block == 0)
     stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)
     history = History(**stacked)
     models = states.model
@@ -370,6 +484,18 @@ def _to_host(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _raise_if_gain_left(gains: np.ndarray, hyper: Hyper, block: int, config) -> None:
+    step = min(block * config.eval_every, config.steps)
+    for run in range(gains.shape[0]):
+        reason = failure(np.zeros(0), gains[run][None], np.asarray([step]))
+        if reason is not None:
+            seed = int(np.asarray(hyper.seed)[run])
+            raise TrainingDiverged(
+                f"training diverged: {reason} (run {run}, seed {seed}, "
+                f"lr {float(np.asarray(hyper.lr)[run]):g}); try a smaller --lr or --weight-decay"
+            )
+
+
 def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> None:
     bad = ~np.isfinite(losses)
     if bad.any():
@@ -383,12 +509,19 @@ def _raise_if_diverged(losses: np.ndarray, hyper: Hyper, first_step: int) -> Non
 
 
 def train_many(
-    configs: Sequence[TrainConfig], *, progress: Callable[[int, int], None] | None = None
+    configs: Sequence[TrainConfig], *, progress: Progress | None = None
 ) -> list[TrainResult]:
-    """Train every config, one compiled program per distinct `config.static`, results in order."""
+    """Train every config, one compiled program per distinct `config.static`, results in order.
+
+    `progress` counts training steps (those of a batch of runs trained together count
+    once); if it has no total yet, it is planned here (`planned_steps`).
+    """
     groups: dict[TrainConfig, list[int]] = {}
     for i, config in enumerate(configs):
         groups.setdefault(config.static, []).append(i)
+    if progress is not None and progress.total is None:
+        steps, compiles = planned_steps(configs)
+        progress.plan(steps, warmups=compiles)
     results: list[TrainResult | None] = [None] * len(configs)
     for static, members in groups.items():
         start = time.perf_counter()
@@ -413,17 +546,20 @@ def train(config: TrainConfig, **kwargs) -> TrainResult:
     return train_many([config], **kwargs)[0]
 
 
-def stderr_progress(label: str, every_seconds: float = 1.0) -> Callable[[int, int], None]:
-    """A progress callback that prints `label: k/n blocks, ETA` to stderr at most once a second."""
-    start = time.perf_counter()
-    last = [start]  # silent for the first `every_seconds`: short runs print nothing
+def planned_steps(configs: Sequence[TrainConfig]) -> tuple[int, int]:
+    """`(steps, compiles)` that `train_many(configs)` reports: per distinct structure, its steps."""
+    statics = {c.static for c in configs}
+    return sum(s.steps for s in statics), len(statics)
 
-    def report(done: int, total: int) -> None:
-        now = time.perf_counter()
-        if now - last[0] < every_seconds:
-            return
-        last[0] = now
-        eta = (now - start) / done * (total - done)
-        print(f"{label}: {done}/{total} blocks, ETA {eta:5.1f}s", file=sys.stderr, flush=True)
 
-    return report
+def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -> Progress:
+    """A `sims.progress.Progress` in training steps for `train_many(configs)`, on stderr.
+
+    With `configs` it is planned for them (several `train_many` calls can share it);
+    without, the first `train_many` plans it. `kwargs` go to `Progress` (`enabled`, ...).
+    """
+    progress = Progress(label, "steps", **kwargs)
+    if configs:
+        steps, compiles = planned_steps(configs)
+        progress.plan(steps, warmups=compiles)
+    return progress

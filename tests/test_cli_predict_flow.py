@@ -1,15 +1,16 @@
 """`weakspots predict` and `weakspots flow`: JSON keys, numbers equal theory and the flow, bad input."""
 
+import dataclasses
 import json
 
-import jax
 import numpy as np
 import pytest
 
 from weakspots import theory
+from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.sims.cli import main
-from weakspots.sims.flow import reduced_flow
+from weakspots.sims.flow import solve
 
 PREDICT_KEYS = (
     "critical_chunks",
@@ -71,26 +72,18 @@ def test_predict_heads_match_predicted_coverage(capsys):
     assert out["critical_chunks"] == pytest.approx(float(theory.critical_chunks(8.0, 4, 2)))
 
 
-def test_flow_json_is_the_reduced_flow(capsys):
+def test_flow_json_is_solve_of_the_flags_config(capsys):
     argv = ["flow", "--stride", "4", "--chunks", "64", "--gain", "8", "--heads", "2"]
     out = run_json([*argv, "--t1", "300", "--saves", "7", "--init-scale", "0.01"], capsys)
     assert set(FLOW_KEYS) <= set(out)
     weights = np.asarray(out["pooling_weights"])
     assert weights.shape == (7, 2, 4) and np.asarray(out["gain"]).shape == (7, 2)
     assert len(out["times"]) == len(out["loss"]) == 7 and out["times"][-1] == 300.0
-    hist = reduced_flow(
-        jax.random.PRNGKey(0),
-        stride=4,
-        chunks=64.0,
-        heads=2,
-        gain=8.0,
-        init_scale=0.01,
-        t_end=300.0,
-        n_save=7,
-    )
-    np.testing.assert_allclose(weights, hist.pooling_weights[0], rtol=1e-12)
+    config = FlowConfig(stride=4, chunks=64, gain=8.0, heads=2, t1=300.0, saves=7)
+    hist = solve(config).history
+    np.testing.assert_allclose(weights, hist.pooling_weights, rtol=1e-12)
     assert out["support_size"] == support_size(weights[-1]).tolist()
-    assert out["specialization_time"] == pytest.approx(float(hist.specialization_time[0]))
+    assert out["specialization_time"] == pytest.approx(float(hist.specialization_time))
     assert np.all(np.diff(out["loss"]) <= 1e-12)
 
 
@@ -99,6 +92,36 @@ def test_flow_table_by_default(capsys):
     assert main([*argv, "--saves", "7", "--init-scale", "0.01"]) == 0  # shapes as above
     out = capsys.readouterr().out
     assert "support size per head" in out and "never" in out  # N=8 < N_c: stays uniform
+
+
+def test_flow_dim_integrates_the_finite_d_loss(capsys):
+    argv = ["flow", "--stride", "4", "--chunks", "16", "--gain", "8", "--t1", "50"]
+    out = run_json([*argv, "--saves", "3", "--init-scale", "0.3", "--dim", "16"], capsys)
+    start = np.log(np.asarray(out["pooling_weights"][0]))  # the logits, up to a constant
+    # the flow's loss is L_d at d = 16 (theory.finite_d_loss), not L_inf
+    expected = theory.finite_d_loss(start, 8.0, 16.0, 16.0)
+    assert out["loss"][0] == pytest.approx(float(expected), rel=1e-10)
+    assert abs(out["loss"][0] - float(theory.reduced_loss(start, np.array([8.0]), 16.0))) > 1e-3
+    assert np.all(np.diff(out["loss"]) <= 1e-12)
+
+
+def test_a_failed_flow_exits_1_with_one_line(capsys):
+    argv = ["flow", "--stride", "4", "--chunks", "8", "--t1", "1e12", "--saves", "5"]
+    assert main([*argv, "--max-steps", "64", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no numbers that look like a result
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "--max-steps 64" in lines[0] and "t1" in lines[0]
+
+
+def test_flow_help_gives_every_flag_a_default():
+    from weakspots.sims.cli import build_parser
+
+    parser = build_parser()
+    flow_parser = parser._subparsers._group_actions[0].choices["flow"]  # noqa: SLF001
+    for action in flow_parser._actions:  # noqa: SLF001
+        if action.dest in {f.name for f in dataclasses.fields(FlowConfig)}:
+            assert action.help and "default" in action.help, action.dest
 
 
 @pytest.mark.parametrize(
@@ -112,6 +135,11 @@ def test_flow_table_by_default(capsys):
         ("predict", ["--dim", "0"], "--dim"),
         ("predict", ["--init-scale", "0"], "--init-scale"),
         ("predict", ["--samples", "0"], "--samples"),
+        ("predict", ["--gain", "1e300"], "--gain"),  # raised OverflowError
+        ("predict", ["--gain", "6000"], "--gain"),  # exp(gain/stride) overflows
+        ("predict", ["--chunks", "10000000000"], "--chunks 10000000000"),  # ran past 90 s
+        ("predict", ["--gain", "0.1"], "--gain 0.1"),  # growth rate 6e-7: days of flow
+        ("predict", ["--gain", "1e-30", "--dim", "16"], "--gain 1e-30"),  # raised OverflowError
         ("flow", ["--gain", "-3"], "--gain"),
         ("flow", ["--heads", "0"], "--heads"),
         ("flow", ["--t1", "0"], "--t1"),
@@ -120,6 +148,9 @@ def test_flow_table_by_default(capsys):
         ("flow", ["--init-scale", "nan"], "--init-scale"),
         ("flow", ["--weight-decay", "-1"], "--weight-decay"),
         ("flow", ["--seed", "x"], "--seed"),
+        ("flow", ["--dim", "64", "--heads", "2"], "--dim"),
+        ("flow", ["--max-steps", "0"], "--max-steps"),
+        ("flow", ["--gain-parametrisation", "exp"], "--gain-parametrisation"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(verb, flags, flag, capsys):

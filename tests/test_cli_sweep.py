@@ -6,8 +6,10 @@ two `--slice` processes writing one store at once. The subprocesses share a pers
 compilation cache so that only the first compiles.
 """
 
+import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,9 @@ import pandas as pd
 import pytest
 
 from weakspots.sims import store
+from weakspots.sims import sweep as sweep_lib
+from weakspots.sims.cli import main
+from weakspots.sims.progress import Progress
 
 SPEC = """\
 kind = "train"
@@ -172,3 +177,133 @@ def test_two_slices_into_one_store_equal_one_process(setup, tmp_path):
         _, err = process.communicate(timeout=300)
         assert process.returncode == 0, err
     pd.testing.assert_frame_equal(_table(shared), reference)
+
+
+def test_dry_run_prints_the_count_and_buckets(tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.replace("gain = [8, 16]", 'operator = ["softmax_pool", "mean_pool"]'))
+    assert main(["sweep", str(spec), "--store", str(tmp_path / "s"), "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "8 runs in 2 bucket(s) (one compiled program each)"
+    assert lines[1].split() == ["bucket", "0:", "4", "runs", "operator=softmax_pool"]
+    assert lines[2].split() == ["bucket", "1:", "4", "runs", "operator=mean_pool"]
+    assert lines[4].split() == ["hash", "operator", "seed"]  # the keys that vary, no dicts
+    assert len(lines) == 6 + RUNS
+    assert not (tmp_path / "s").exists()
+
+
+def test_ctrl_c_is_one_line_exit_130_and_counts_the_stored_runs(setup, tmp_path):
+    """SIGINT mid-sweep: no traceback, exit 130, `stored N of M runs`, N as in the store."""
+    root, _, env, _ = setup
+    spec = tmp_path / "spec.toml"
+    # 24 runs of the reference's program (seed is no part of it): compiled already, in the cache
+    spec.write_text(SPEC.replace("seed = [0, 1, 2, 3]", f"seed = {list(range(12))}"))
+    target = tmp_path / "store"
+    process = subprocess.Popen(
+        _command(spec, target, "--quiet"), env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if (target / "runs").is_dir() and any((target / "runs").glob("*.json")):
+            break
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    stored = len(store.completed_hashes(target))
+    assert process.returncode == 130, err
+    assert err == f"weakspots sweep: interrupted: stored {stored} of 24 runs; rerun with --resume\n"
+    assert 1 <= stored < 24
+
+
+def test_resume_progress_counts_stored_runs(tmp_path, monkeypatch):
+    """The progress of a resumed sweep starts at the stored runs and ends at M/M."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC.replace("gain = [8, 16]", 'operator = ["softmax_pool", "mean_pool"]'))
+    runs = sweep_lib.load_spec(spec).runs()
+    trained = []
+
+    def fake_batch(batch, mesh, padded):  # no training: the hooks are what is tested
+        trained.extend(batch)
+        return [({"mean_accuracy": 0.5}, {"loss": np.zeros(3)}) for _ in batch]
+
+    monkeypatch.setitem(sweep_lib.EXECUTE, "train", fake_batch)
+    target = tmp_path / "store"
+    sweep_lib.run_sweep(runs[::2], target, runs_per_device=1)
+    out = io.StringIO()
+    progress = Progress("sweep", "runs", stream=out, every_seconds=0.0)
+    with progress:
+        report = sweep_lib.run_sweep(
+            runs, target, resume=True, runs_per_device=1, progress=progress
+        )
+    lines = out.getvalue().splitlines()
+    assert report.skipped == RUNS // 2 and len(trained) == RUNS
+    assert lines[0].startswith(f"sweep: {RUNS // 2}/{RUNS} runs (50%)")
+    assert lines[-1].startswith(f"sweep: {RUNS}/{RUNS} runs (100%)") and lines[-1].endswith("done")
+    # two buckets (operators): each one's first batch is the compile, left out of the rate
+    assert progress._warm_count == 2 and progress._clean_units == RUNS // 2 - 2
+
+
+def test_a_damaged_table_and_trajectory_cost_one_rerun_and_lose_nothing(setup, tmp_path):
+    # The reference store, compacted, then its table overwritten (21 bytes in the middle) and
+    # one run's trajectory truncated: --resume reruns that run alone; nothing is lost.
+    root, spec, env, reference = setup
+    damaged = tmp_path / "damaged"
+    shutil.copytree(root / "reference", damaged)
+    store.compact(damaged)
+    table = damaged / "table.parquet"
+    data = table.read_bytes()
+    middle = len(data) // 2
+    table.write_bytes(data[:middle] + bytes(b ^ 0x5A for b in data[middle : middle + 21])
+                      + data[middle + 21 :])  # fmt: skip
+    victim = sorted(reference["hash"])[2]
+    trajectory = damaged / "traj" / f"{victim}.npz"
+    trajectory.write_bytes(trajectory.read_bytes()[:200])
+
+    done = sweep(spec, damaged, "--resume", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"{RUNS - 1} already stored" in done.stderr  # only the damaged trajectory reran
+    with pytest.warns(store.DamagedResultWarning, match="table.parquet.*bypassed"):
+        found = list(store.load(damaged)["hash"])
+    expected = set(reference["hash"])
+    counts = {"expected": len(expected), "found": len(set(found) & expected),
+              "duplicated": len(found) - len(set(found)), "lost": len(expected - set(found))}  # fmt: skip
+    assert counts == {"expected": RUNS, "found": RUNS, "duplicated": 0, "lost": 0}
+    assert store.completed_hashes(damaged) == expected
+    assert store.load_trajectory(damaged, victim)["step_loss"].shape == (20,)
+    with pytest.warns(store.DamagedResultWarning, match="table.parquet.*bypassed"):
+        store.compact(damaged)  # rebuilt: read without a warning now
+    pd.testing.assert_frame_equal(_table(damaged), reference)
+
+
+@pytest.mark.parametrize(
+    ("case", "flag"),
+    [
+        ("binary spec", "not valid TOML"),
+        ("--memory-gb nan", "--memory-gb"),
+        ("store is a file", "--store"),
+        ("store below a file", "--store"),
+        ("learn_gain = 1", "learn_gain"),
+    ],
+)
+def test_bad_sweep_input_exits_2_with_one_line_before_any_run(case, flag, tmp_path, capsys):
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    target = tmp_path / "store"
+    extra = []
+    if case == "binary spec":
+        spec.write_bytes(bytes(range(256)) * 4)
+    elif case == "--memory-gb nan":
+        extra = ["--memory-gb", "nan"]
+    elif case == "store is a file":
+        target.write_text("a file")
+    elif case == "store below a file":
+        (tmp_path / "file").write_text("a file")
+        target = tmp_path / "file" / "store"
+    else:
+        spec.write_text(SPEC.replace("[grid]", "learn_gain = 1\n[grid]"))
+    code = main(["sweep", str(spec), "--store", str(target), "--quiet", *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and flag in err[0], err
+    assert not (tmp_path / "store" / "runs").is_dir() or not list(
+        (tmp_path / "store" / "runs").iterdir()
+    )  # nothing trained

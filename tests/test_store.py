@@ -85,7 +85,7 @@ def test_compacted_and_loose_rows_merge_without_duplicates(tmp_path):
         write_run(tmp_path, run_config(i), run_metrics(i), run_trajectory(i))
     before = load(tmp_path)
     assert compact(tmp_path) == 4
-    assert not list((tmp_path / "runs").glob("*.json"))
+    assert len(list((tmp_path / "runs").glob("*.json"))) == 4  # rows stay the commit point
     pd.testing.assert_frame_equal(load(tmp_path), before)
     assert has_run(tmp_path, before["hash"][0])
     assert pd.read_parquet(tmp_path / "table.parquet")["seed"].tolist() == before["seed"].tolist()
@@ -321,11 +321,177 @@ def test_damaged_table_and_trajectory_name_their_files(tmp_path):
     loose = write_run(tmp_path, run_config(1), run_metrics(1))
     table = tmp_path / "table.parquet"
     table.write_bytes(b"garbage" * 10)
-    with pytest.raises(StoreError, match=f"damaged result file {table}"):
-        load(tmp_path)
-    assert list(load(tmp_path, on_damaged="skip")["hash"]) == [loose]
+    with pytest.warns(DamagedResultWarning, match=f"damaged result file {table}.*bypassed"):
+        assert set(load(tmp_path)["hash"]) == {h, loose}
 
     traj = tmp_path / "traj" / f"{h}.npz"
     traj.write_bytes(traj.read_bytes()[:100])
     with pytest.raises(StoreError, match=f"damaged result file {traj}"):
         load_trajectory(tmp_path, h)
+
+
+def test_a_table_written_before_rows_were_kept_is_read_and_its_damage_raises(tmp_path):
+    # A store compacted by the first format deleted its rows: the table is their only copy.
+    hashes = {write_run(tmp_path, run_config(i), run_metrics(i)) for i in range(3)}
+    compact(tmp_path)
+    for path in (tmp_path / "runs").glob("*.json"):
+        path.unlink()
+    assert set(load(tmp_path)["hash"]) == hashes
+    table = tmp_path / "table.parquet"
+    table.write_bytes(table.read_bytes()[:200])
+    with pytest.raises(StoreError, match=f"damaged result file {table}"):
+        load(tmp_path)
+
+
+# ----------------------------------------------------------------------------- damage, counted
+
+RUNS = 16
+
+
+def damage(path: Path, how: str) -> None:
+    """Damage one file as a disk or a careless user would."""
+    data = path.read_bytes()
+    middle = len(data) // 2
+    if how == "truncated":
+        path.write_bytes(data[:middle])
+    elif how == "overwritten":  # 21 bytes in the middle flipped, length and name unchanged
+        flipped = bytes(b ^ 0x5A for b in data[middle : middle + 21])
+        path.write_bytes(data[:middle] + flipped + data[middle + 21 :])
+    elif how == "emptied":
+        path.write_bytes(b"")
+    elif how == "garbage":
+        path.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(len(data))))
+    else:
+        raise AssertionError(how)
+
+
+def write_runs(store: Path, trajectories: bool = True) -> set[str]:
+    return {
+        write_run(store, run_config(i), run_metrics(i), run_trajectory(i) if trajectories else None)
+        for i in range(RUNS)
+    }
+
+
+def counted(expected: set[str], found: list[str]) -> dict:
+    """Runs expected, found, duplicated and lost."""
+    return {
+        "expected": len(expected),
+        "found": len(set(found) & expected),
+        "duplicated": len(found) - len(set(found)),
+        "lost": len(expected - set(found)),
+    }
+
+
+INTACT = {"expected": RUNS, "found": RUNS, "duplicated": 0, "lost": 0}
+DAMAGE = ["truncated", "overwritten", "emptied", "garbage"]
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_table_is_named_bypassed_and_rebuilt_with_nothing_lost(tmp_path, how):
+    expected = write_runs(tmp_path)
+    assert compact(tmp_path) == RUNS
+    table = tmp_path / "table.parquet"
+    damage(table, how)
+
+    with pytest.warns(DamagedResultWarning, match=f"damaged result file {table}") as caught:
+        found = list(load(tmp_path)["hash"])
+        done = completed_hashes(tmp_path)
+        assert compact(tmp_path) == RUNS  # recovers: rebuilt from the rows
+    assert len(caught) == 2  # named by load and by compact (completed_hashes is silent)
+    assert counted(expected, found) == INTACT
+    assert done == expected  # --resume would rerun nothing
+    assert counted(expected, list(load(tmp_path)["hash"])) == INTACT  # no warning now
+    assert pd.read_parquet(table)["hash"].tolist() == sorted(expected)
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_row_is_replaced_by_its_compacted_copy(tmp_path, how):
+    expected = write_runs(tmp_path)
+    compact(tmp_path)
+    row = tmp_path / "runs" / f"{sorted(expected)[5]}.json"
+    damage(row, how)
+    later = row.stat().st_mtime_ns + 10**9  # damaged a second after compaction, not in its tick
+    os.utime(row, ns=(later, later))
+    with pytest.warns(DamagedResultWarning, match=f"damaged result file {row}.*compacted"):
+        table = load(tmp_path)
+    assert counted(expected, list(table["hash"])) == INTACT
+    i = next(i for i in range(RUNS) if config_hash(run_config(i)) == row.stem)
+    assert table.set_index("hash").loc[row.stem, "final_loss"] == float(i)
+    assert completed_hashes(tmp_path) == expected
+
+
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_damaged_row_with_no_copy_counts_as_not_done(tmp_path, how):
+    expected = write_runs(tmp_path)
+    victim = sorted(expected)[7]
+    damage(tmp_path / "runs" / f"{victim}.json", how)
+    with pytest.raises(StoreError, match=victim):
+        load(tmp_path)
+    assert completed_hashes(tmp_path) == expected - {victim}  # --resume reruns it
+    i = next(i for i in range(RUNS) if config_hash(run_config(i)) == victim)
+    write_run(tmp_path, run_config(i), run_metrics(i), run_trajectory(i))  # the rerun
+    assert counted(expected, list(load(tmp_path)["hash"])) == INTACT
+
+
+@pytest.mark.parametrize("compacted", [False, True])
+@pytest.mark.parametrize("how", DAMAGE)
+def test_a_run_whose_trajectory_is_damaged_counts_as_not_done(tmp_path, how, compacted):
+    expected = write_runs(tmp_path)
+    if compacted:
+        compact(tmp_path)
+    victim = sorted(expected)[3]
+    traj = tmp_path / "traj" / f"{victim}.npz"
+    damage(traj, how)
+
+    assert counted(expected, list(load(tmp_path)["hash"])) == INTACT  # its row is intact
+    assert completed_hashes(tmp_path) == expected - {victim}  # but --resume reruns it
+    assert not has_run(tmp_path, victim)
+    with pytest.raises(StoreError, match=f"damaged result file {traj}"):
+        load_trajectory(tmp_path, victim)
+    i = next(i for i in range(RUNS) if config_hash(run_config(i)) == victim)
+    write_run(tmp_path, run_config(i), run_metrics(i), run_trajectory(i))  # the rerun
+    assert completed_hashes(tmp_path) == expected
+    np.testing.assert_array_equal(load_trajectory(tmp_path, victim)["alpha"], np.full((7, 4), i))
+
+
+def test_rows_unchanged_since_compaction_are_read_from_the_table(tmp_path, monkeypatch):
+    import weakspots.sims.store as store_module
+
+    expected = write_runs(tmp_path, trajectories=False)
+    compact(tmp_path)
+    read = []
+    parse = store_module._parse_row
+    monkeypatch.setattr(store_module, "_parse_row", lambda *a: read.append(a[1]) or parse(*a))
+    assert counted(expected, list(load(tmp_path)["hash"])) == INTACT
+    assert read == [f"{tmp_path / 'table.parquet'} (row {i})" for i in range(RUNS)]
+    read.clear()
+    new = write_run(tmp_path, run_config(99), run_metrics(99))  # written after compaction
+    assert len(load(tmp_path)) == RUNS + 1
+    assert read[RUNS:] == [str(tmp_path / "runs" / f"{new}.json")]
+
+
+def test_prepare_refuses_a_store_it_cannot_write(tmp_path):
+    from weakspots.sims.store import prepare
+
+    a_file = tmp_path / "file"
+    a_file.write_text("not a store")
+    with pytest.raises(StoreError, match="is not a directory"):
+        prepare(a_file)
+    with pytest.raises(StoreError, match="cannot write the store"):
+        prepare(a_file / "below")
+    assert prepare(tmp_path / "new" / "store").is_dir()
+    assert (tmp_path / "new" / "store" / "runs").is_dir()
+    assert not list((tmp_path / "new" / "store").rglob(".*.tmp"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_prepare_refuses_a_read_only_store(tmp_path):
+    from weakspots.sims.store import prepare
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs").chmod(0o555)
+    try:
+        with pytest.raises(StoreError, match="cannot write the store"):
+            prepare(tmp_path)
+    finally:
+        (tmp_path / "runs").chmod(0o755)

@@ -31,12 +31,16 @@ _API = {
     "train": "weakspots.sims.train",
     "train_many": "weakspots.sims.train",
     "TrainResult": "weakspots.sims.train",
-    "reduced_flow": "weakspots.sims.flow",
+    "FlowConfig": "weakspots.idealized.config",
+    "solve_many": "weakspots.sims.flow",
+    "FlowResult": "weakspots.sims.flow",
+    "FlowFailed": "weakspots.sims.flow",
     "predictions": "weakspots.sims.cli.predict",
     "load_spec": "weakspots.sims.sweep",
     "run_sweep": "weakspots.sims.sweep",
     "load": "weakspots.sims.store",
     "load_trajectory": "weakspots.sims.store",
+    "plot_store": "weakspots.figures.sweep_plot",
 }
 _PACKAGES = ("idealized", "theory", "sims", "figures")
 

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from weakspots.sims.analysis import ablate
-from weakspots.sims.train import stderr_progress, train
+from weakspots.sims.train import train
 
 from . import common
 
@@ -19,13 +19,17 @@ def register(subparsers) -> None:
         help="head ablation, pooling-weight and activation patching: heads x phases effects",
         description="Train one model, then ablate each head, patch its pooling weights and its "
         "compressed keys; print the heads x phases effect matrices and theory's predictions.",
+        epilog=common.examples(
+            "weakspots ablate --heads 4",
+            "weakspots ablate --heads 2 --chunks 32 --ablate-samples 4096 --json",
+        ),
     )
     common.add_train_flags(parser)
     parser.add_argument(
         "--ablate-samples",
         type=int,
         default=None,
-        help="needles per phase (default --eval-samples)",
+        help="needles per phase for the interventions (default: --eval-samples)",
     )
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
@@ -39,8 +43,8 @@ def run(args: argparse.Namespace) -> int:
         raise common.UsageError(
             f"--ablate-samples: must be an integer >= 1, got {args.ablate_samples}"
         )
-    progress = stderr_progress("train") if common.progress_enabled(args) else None
-    result = train(config, progress=progress)
+    with common.train_progress(args, "ablate", [config]) as progress:
+        result = train(config, progress=progress)
     report = ablate(config, result.model, args.ablate_samples)
     report["config"] = dataclasses.asdict(config)
     if args.json:

@@ -17,8 +17,11 @@ def register(subparsers) -> None:
             "Time the trainer against the naive loop and the RNG limit, the diffrax flow "
             "against scipy, and 2 host devices against 1, in one run; print the ratios."
         ),
+        epilog=common.examples("weakspots bench --quick", "weakspots bench --json > bench.json"),
     )
-    parser.add_argument("--quick", action="store_true", help="less work: about two minutes")
+    parser.add_argument(
+        "--quick", action="store_true", help="less work (about two minutes on 2 CPU cores)"
+    )
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 

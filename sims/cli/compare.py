@@ -6,8 +6,13 @@ import argparse
 import dataclasses
 
 from weakspots.idealized.config import OPERATORS
-from weakspots.sims.analysis import MITIGATIONS, compare_mitigations, compare_operators
-from weakspots.sims.train import stderr_progress
+from weakspots.sims.analysis import (
+    MITIGATIONS,
+    compare_mitigations,
+    compare_operators,
+    mitigation_configs,
+    operator_configs,
+)
 
 from . import common
 
@@ -17,13 +22,19 @@ def register(subparsers) -> None:
         "compare",
         help="compare compression operators or mitigations: delta_max, psc, mean accuracy",
         description="Train each operator (or mitigation) with the same steps, batch and lr over "
-        "seeds; print delta_max, psc and mean accuracy with 95% intervals.",
+        "seeds; print delta_max, psc and mean accuracy, each with a 95% interval across seeds "
+        "inside the range the statistic can take (accuracy: inside [0, 1]).",
+        epilog=common.examples(
+            "weakspots compare --operators softmax_pool,mean_pool,linear --seeds 3",
+            "weakspots compare --mitigations baseline,overlap,offset_ensemble --seeds 4 --json",
+        ),
     )
     common.add_train_flags(parser)
-    parser.add_argument(
+    group = parser.add_argument_group("what to compare (give one)")
+    group.add_argument(
         "--operators", default=None, help=f"comma-separated, from {', '.join(OPERATORS)}"
     )
-    parser.add_argument(
+    group.add_argument(
         "--mitigations",
         default=None,
         help=f"comma-separated, from {', '.join(MITIGATIONS)} (each against the train flags)",
@@ -47,16 +58,21 @@ def run(args: argparse.Namespace) -> int:
     seeds = common.seed_list(args)
     if (args.operators is None) == (args.mitigations is None):
         raise common.UsageError("--operators: give exactly one of --operators or --mitigations")
-    progress = stderr_progress("compare") if common.progress_enabled(args) else None
     if args.operators is not None:
-        rows = compare_operators(
-            base, _names("--operators", args.operators, OPERATORS), seeds, progress
-        )
-        key = "operators"
+        key, names = "operators", _names("--operators", args.operators, OPERATORS)
+        planned = operator_configs(base, names, seeds)
     else:
-        names = _names("--mitigations", args.mitigations, tuple(MITIGATIONS))
-        rows = compare_mitigations(base, {n: MITIGATIONS[n] for n in names}, seeds, progress)
-        key = "mitigations"
+        key, names = "mitigations", _names("--mitigations", args.mitigations, tuple(MITIGATIONS))
+        mitigations = {n: MITIGATIONS[n] for n in names}
+        planned = mitigation_configs(base, mitigations, seeds)
+    configs = [c for group in planned.values() for c in group]
+    with common.train_progress(args, "compare", configs) as progress:
+        if key == "operators":
+            rows = compare_operators(base, names, seeds, progress)
+        else:
+            rows = compare_mitigations(base, mitigations, seeds, progress)
+    samples = base.stride * base.eval_samples  # held-out needles behind a run's mean accuracy
+    rows = {name: with_intervals(row, samples) for name, row in rows.items()}
     report = {"config": dataclasses.asdict(base), "seeds": seeds, key: rows}
     if args.json:
         common.print_json(report)
@@ -65,8 +81,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def with_intervals(row: dict, samples: int) -> dict:
+    """`row` with every across-seed statistic's interval (`common.interval`) inside its range.
+
+    A measured accuracy's interval is `proportion_interval` on `samples` needles per run;
+    predicted ones (`predicted_*`) and the others are t intervals cut to their range.
+    """
+    out = dict(row)
+    for key, stat in row.items():
+        if isinstance(stat, dict) and "values" in stat:
+            predicted = key.startswith("predicted_")
+            name = key.removeprefix("predicted_")
+            out[key] = common.interval(name, stat["values"], None if predicted else samples)
+    return out
+
+
 def _cell(stat: dict) -> str:
-    return f"{stat['mean']:.3f} [{stat['ci'][0]:.3f}, {stat['ci'][1]:.3f}]"
+    return common.format_interval(stat)
 
 
 def text_report(rows: dict) -> str:

@@ -1,20 +1,20 @@
-"""`weakspots flow`: integrate the reduced gradient flow (THEORY 5) of one config with diffrax."""
+"""`weakspots flow`: integrate the reduced gradient flow (THEORY 5) of one `FlowConfig`."""
 
 from __future__ import annotations
 
 import argparse
-import math
+import dataclasses
+import sys
 
-import jax
 import numpy as np
 
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.metrics import support_size
-from weakspots.sims.flow import reduced_flow
+from weakspots.idealized.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
+from weakspots.sims.flow import FlowFailed, FlowResult, solve
 
 from . import common
 
-_DEFAULT = TrainConfig()
+_DEFAULT = FlowConfig()
+EXAMPLE = "example: weakspots flow --chunks 64 --gain 16 --t1 400 --json"
 
 
 def register(subparsers) -> None:
@@ -22,77 +22,121 @@ def register(subparsers) -> None:
         "flow",
         help="integrate the reduced (d = infinity) gradient flow",
         description="Integrate the reduced gradient flow of THEORY 5 (diffrax Tsit5 + PID, "
-        "float64) from a near-uniform start; print the pooling weights over time.",
+        "float64) from the trainer's initial pooling logits for --seed; print the pooling "
+        "weights over time. Every flag is a field of idealized.config.FlowConfig.",
+        epilog=EXAMPLE,
     )
-    common.add_model_flags(parser)
-    parser.add_argument("--t1", type=float, default=1200.0, help="flow time to integrate to")
-    parser.add_argument("--saves", type=int, default=101, help="saved times in [0, t1]")
-    parser.add_argument(
+    model = parser.add_argument_group("model")
+    model.add_argument("--stride", type=int, default=_DEFAULT.stride, help=_h("tokens per chunk s"))
+    model.add_argument(
+        "--chunks", type=int, default=_DEFAULT.chunks, help=_h("chunks of context N")
+    )
+    model.add_argument(
+        "--dim",
+        type=int,
+        default=_DEFAULT.dim,
+        help="key dimension d: integrate the finite-d expected loss L_d (one head, mse) "
+        "instead of L_inf (default: d = infinity)",
+    )
+    model.add_argument("--heads", type=int, default=_DEFAULT.heads, help=_h("attention heads H"))
+    model.add_argument(
+        "--gain",
+        type=float,
+        default=_DEFAULT.gain,
+        help=_h("logit gain beta (its start if learned)"),
+    )
+    model.add_argument("--loss", default=_DEFAULT.loss, help=_h(f"one of {', '.join(LOSSES)}"))
+    model.add_argument(
+        "--learn-gain", action="store_true", help="learn the gain as well (default: fixed)"
+    )
+    model.add_argument(
+        "--gain-parametrisation",
+        default=_DEFAULT.gain_parametrisation,
+        help=_h(
+            f"coordinate of a learned gain, one of {', '.join(GAIN_PARAMETRISATIONS)} "
+            "(log: d log beta/dt = -beta dL/dbeta; linear: dbeta/dt = -dL/dbeta)"
+        ),
+    )
+    model.add_argument(
+        "--weight-decay",
+        type=float,
+        default=_DEFAULT.weight_decay,
+        help=_h("penalty weight_decay/2 * sum_h gain_h^2"),
+    )
+    model.add_argument(
+        "--phase-entropy",
+        type=float,
+        default=_DEFAULT.phase_entropy,
+        metavar="REG",
+        help=_h("reward entropy of the pooling weights: loss - REG * mean_h H(alpha_h)"),
+    )
+    start = parser.add_argument_group("start")
+    start.add_argument(
         "--init-scale",
         type=float,
         default=_DEFAULT.init_scale,
-        help="std of the initial pooling logits",
+        help=_h("std of the initial pooling logits"),
     )
-    parser.add_argument("--seed", type=int, default=_DEFAULT.seed, help="seed of the start")
-    parser.add_argument(
-        "--weight-decay", type=float, default=_DEFAULT.weight_decay, help="penalty wd/2 gain^2"
+    start.add_argument(
+        "--seed", type=int, default=_DEFAULT.seed, help=_h("seed of the start (the trainer's)")
+    )
+    solver = parser.add_argument_group("solver")
+    solver.add_argument(
+        "--t1", type=float, default=_DEFAULT.t1, help=_h("flow time to integrate to")
+    )
+    solver.add_argument(
+        "--saves", type=int, default=_DEFAULT.saves, help=_h("saved times, evenly in [0, t1]")
+    )
+    solver.add_argument(
+        "--rtol", type=float, default=_DEFAULT.rtol, help=_h("relative tolerance of the PID step")
+    )
+    solver.add_argument(
+        "--atol", type=float, default=_DEFAULT.atol, help=_h("absolute tolerance of the PID step")
+    )
+    solver.add_argument(
+        "--max-steps",
+        type=int,
+        default=_DEFAULT.max_steps,
+        help=_h("solver steps before the flow fails"),
+    )
+    solver.add_argument(
+        "--event-level",
+        type=float,
+        default=_DEFAULT.event_level,
+        help=_h("the specialisation time is when |centred pooling logits| reaches this"),
     )
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 
 
-def validate(args: argparse.Namespace) -> TrainConfig:
-    """The config the flags name (ConfigError/UsageError naming the flag)."""
-    config = common.train_config(args)
-    if not (math.isfinite(args.t1) and args.t1 > 0):
-        raise common.UsageError(f"--t1: must be a finite number > 0, got {args.t1}")
-    if args.saves < 2:
-        raise common.UsageError(f"--saves: must be an integer >= 2, got {args.saves}")
-    return config
+def _h(text: str) -> str:
+    return f"{text} (default: %(default)s)"
 
 
-def flow_report(config: TrainConfig, t1: float, saves: int) -> dict:
-    """The reduced flow of `config` from seed `config.seed`, as plain JSON-able values.
-
-    Keys: times (T,), pooling_weights (T, H, s), gain (T, H), loss (T,), support_size
-    (H,) at t1, specialization_time (None if the event is not reached by t1).
-    """
-    hist = reduced_flow(
-        jax.random.PRNGKey(config.seed),
-        stride=config.stride,
-        chunks=float(config.chunks),
-        heads=config.heads,
-        gain=config.gain,
-        init_scale=config.init_scale,
-        weight_decay=config.weight_decay,
-        learn_gain=config.learn_gain,
-        loss=config.loss,
-        t_end=t1,
-        n_save=saves,
-    )
-    weights = np.asarray(hist.pooling_weights[0], float)
-    t_star = float(hist.specialization_time[0])
-    return {
-        "times": np.asarray(hist.times[0], float).tolist(),
-        "pooling_weights": weights.tolist(),
-        "gain": np.asarray(hist.gain[0], float).tolist(),
-        "loss": np.asarray(hist.loss[0], float).tolist(),
-        "support_size": support_size(weights[-1]).tolist(),
-        "specialization_time": t_star if math.isfinite(t_star) else None,
-    }
+def flow_config(args: argparse.Namespace) -> FlowConfig:
+    """The FlowConfig the flags name (ConfigError naming a bad flag)."""
+    names = {f.name for f in dataclasses.fields(FlowConfig)}
+    return FlowConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def run(args: argparse.Namespace) -> int:
-    config = validate(args)
-    out = flow_report(config, args.t1, args.saves)
+    config = flow_config(args)
+    try:
+        result = solve(config)
+    except FlowFailed as error:
+        print(f"weakspots flow: error: {error}", file=sys.stderr)
+        return 1
+    out = result.summary()
     if args.json:
         common.print_json(out)
     else:
-        print(text_report(config, out))
+        print(text_report(result))
     return 0
 
 
-def text_report(config: TrainConfig, out: dict, shown: int = 11) -> str:
+def text_report(result: FlowResult, shown: int = 11) -> str:
+    """The flow as a table of `shown` saved times, then the final weights and support."""
+    config, out = result.config, result.summary()
     times = out["times"]
     picks = sorted(set(np.linspace(0, len(times) - 1, min(shown, len(times))).round().astype(int)))
     rows = []
@@ -108,9 +152,10 @@ def text_report(config: TrainConfig, out: dict, shown: int = 11) -> str:
         )
     headers = ["t", "loss", "gain", *(f"weights h{h}" for h in range(config.heads))]
     t_star = out["specialization_time"]
+    dim = "inf" if config.dim is None else config.dim
     return "\n".join(
         [
-            f"reduced flow s={config.stride} N={config.chunks} H={config.heads} "
+            f"reduced flow s={config.stride} N={config.chunks} d={dim} H={config.heads} "
             f"gain={config.gain:g} {config.loss} init_scale={config.init_scale:g} "
             f"seed={config.seed}" + (" learned gain" if config.learn_gain else ""),
             common.table(headers, rows, ".4g"),

@@ -14,6 +14,16 @@ from weakspots.idealized.config import TrainConfig
 from . import common
 
 COVERAGE_SETTLE = 20000.0  # theory.predicted_coverage's default settling time
+# The support-size prediction integrates the reduced flow for a time ~ 1 / growth rate:
+# at 2e-4 (s=8: N near 3e4 at gain 16, or gain near 1.5 at N = 64) that is about a
+# minute on one CPU core; slower growth is refused rather than left running.
+MIN_GROWTH_RATE = 2e-4
+MAX_GAIN_PER_STRIDE = 700.0  # exp(gain / stride) in the closed forms overflows float64 past ~709
+SAMPLES_MAX = 4096
+
+
+class PredictionFailed(RuntimeError):
+    """A prediction came out non-finite or outside its range (e.g. an accuracy of 0)."""
 
 
 def register(subparsers) -> None:
@@ -59,9 +69,40 @@ def validate(args: argparse.Namespace) -> TrainConfig:
         )
     if not args.init_scale > 0:
         raise common.UsageError(f"--init-scale: must be a finite number > 0, got {args.init_scale}")
-    if args.samples < 1:
-        raise common.UsageError(f"--samples: must be an integer >= 1, got {args.samples}")
+    if not 1 <= args.samples <= SAMPLES_MAX:
+        raise common.UsageError(
+            f"--samples: must be an integer in [1, {SAMPLES_MAX}], got {args.samples}"
+        )
+    if args.gain > MAX_GAIN_PER_STRIDE * args.stride:
+        raise common.UsageError(
+            f"--gain: must be <= {MAX_GAIN_PER_STRIDE:g} * --stride = "
+            f"{MAX_GAIN_PER_STRIDE * args.stride:g} for the closed forms "
+            f"(exp(gain/stride) overflows past it), got {args.gain:g}"
+        )
+    rate = float(theory.growth_rate(args.stride, args.chunks, args.gain, args.heads, args.loss))
+    if 0 < rate < MIN_GROWTH_RATE:
+        raise common.UsageError(
+            f"--chunks {args.chunks}, --gain {args.gain:g}: uniform pooling grows away at rate "
+            f"{rate:.3g}, and predict integrates the flow for a time ~ 1/rate; it covers "
+            f"rates >= {MIN_GROWTH_RATE:g}: lower --chunks or raise --gain"
+        )
     return config
+
+
+def check_predictions(out: dict, chunks: int) -> dict:
+    """Raise PredictionFailed unless every number is finite and every accuracy in (0, 1]."""
+    for key, value in out.items():
+        values = value if isinstance(value, list) else [value]
+        numbers = [v for v in values if isinstance(v, float)]
+        if any(not math.isfinite(v) for v in numbers):
+            raise PredictionFailed(f"{key} is not finite: {value}")
+    accuracy = out.get("predicted_phase_accuracy") or []
+    if any(not 0.0 < a <= 1.0 for a in accuracy):
+        raise PredictionFailed(
+            f"predicted_phase_accuracy left (0, 1] ({min(accuracy):.3g}): the finite-d "
+            f"quadrature over- or underflowed at this gain; try a smaller --gain"
+        )
+    return out
 
 
 def _finite_or_none(x) -> float | None:
@@ -152,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         args.init_scale,
         args.samples,
     )
+    check_predictions(out, args.chunks)
     if args.json:
         common.print_json(out)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from . import common
@@ -15,7 +16,15 @@ def register(subparsers) -> None:
         description=(
             "Run every config of a TOML sweep spec ([fixed] values, [grid] lists; "
             'kind = "train" | "flow") in compiled, device-sharded batches, writing each '
-            "run to the store as it finishes. See docs/sweeps.md."
+            "run to the store as it finishes. Ctrl-C stops it; --resume carries on. "
+            "See docs/sweeps.md."
+        ),
+        epilog=common.examples(
+            "weakspots sweep examples/sweep_tiny.toml --store results/tiny --dry-run",
+            "weakspots sweep examples/sweep_tiny.toml --store results/tiny --resume",
+            "weakspots sweep spec.toml --store /shared/store --resume --quiet "
+            "--slice ${SLURM_ARRAY_TASK_ID}/${SLURM_ARRAY_TASK_COUNT}",
+            "weakspots plot results/tiny --x gain --y delta_max --hue operator",
         ),
     )
     parser.add_argument("spec", help="the sweep spec (TOML)")
@@ -37,7 +46,11 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--memory-gb", type=float, default=1.0, help="memory per device to size batches"
     )
-    parser.add_argument("--dry-run", action="store_true", help="list the runs; run nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the run count, the buckets (one compile each) and the runs; run nothing",
+    )
     group = parser.add_argument_group("several processes (jax.distributed)")
     group.add_argument(
         "--distributed",
@@ -45,9 +58,15 @@ def register(subparsers) -> None:
         help="call jax.distributed.initialize() (auto-detects TPU pods, Slurm, ...) and "
         "shard over every process's devices; process 0 writes",
     )
-    group.add_argument("--coordinator", default=None, help="host:port of process 0")
-    group.add_argument("--num-processes", type=int, default=None)
-    group.add_argument("--process-id", type=int, default=None)
+    group.add_argument(
+        "--coordinator", default=None, help="host:port of process 0 (default: auto-detected)"
+    )
+    group.add_argument(
+        "--num-processes", type=int, default=None, help="processes in all (default: auto-detected)"
+    )
+    group.add_argument(
+        "--process-id", type=int, default=None, help="this process's rank (default: auto-detected)"
+    )
     parser.set_defaults(handler=run)
 
 
@@ -64,40 +83,60 @@ def parse_slice(text: str) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> int:
     index, count = parse_slice(args.slice)
     if args.runs_per_device is not None and args.runs_per_device < 1:
-        raise common.UsageError("--runs-per-device: must be an integer >= 1")
-    if args.memory_gb <= 0:
-        raise common.UsageError("--memory-gb: must be > 0")
+        raise common.UsageError(
+            f"--runs-per-device: must be an integer >= 1, got {args.runs_per_device}"
+        )
+    if not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
+        raise common.UsageError(f"--memory-gb: must be a finite number > 0, got {args.memory_gb}")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
-    from weakspots.sims import sweep
+    from weakspots.sims import store, sweep
 
     try:
         runs = sweep.select_slice(sweep.load_spec(args.spec).runs(), index, count)
     except sweep.SpecError as err:
         raise common.UsageError(str(err)) from None
     if args.dry_run:
-        for run in runs:
-            print(run.hash, run.row)
+        print(dry_run_report(runs, args.store if args.resume else None))
         return 0
-    if args.distributed:
-        import jax
+    try:
+        store.prepare(args.store)  # before anything trains
+    except store.StoreError as err:
+        raise common.UsageError(f"--store: {err}") from None
+    import jax
 
+    from weakspots.sims.progress import Progress
+
+    if args.distributed:
         jax.distributed.initialize(
             coordinator_address=args.coordinator,
             num_processes=args.num_processes,
             process_id=args.process_id,
         )
+
     mesh = sweep.run_mesh()
-    progress = None if args.quiet else sweep.Progress(len(runs))
-    report = sweep.run_sweep(
-        runs,
-        args.store,
-        resume=args.resume,
-        mesh=mesh,
-        runs_per_device=args.runs_per_device,
-        memory_bytes=int(args.memory_gb * 2**30),
-        progress=progress,
-    )
-    if not args.quiet:
+    enabled = not args.quiet and jax.process_index() == 0
+    try:
+        with Progress("sweep", "runs", enabled=enabled) as progress:
+            report = sweep.run_sweep(
+                runs,
+                args.store,
+                resume=args.resume,
+                mesh=mesh,
+                runs_per_device=args.runs_per_device,
+                memory_bytes=int(args.memory_gb * 2**30),
+                progress=progress,
+            )
+    except KeyboardInterrupt:
+        from weakspots.sims import store
+
+        stored = len(store.completed_hashes(args.store) & {r.hash for r in runs})
+        print(
+            f"weakspots sweep: interrupted: stored {stored} of {len(runs)} runs; "
+            "rerun with --resume",
+            file=sys.stderr,
+        )
+        return 130
+    if enabled:
         print(
             f"sweep: {report.ran} runs in {report.seconds:.1f}s "
             f"({report.runs_per_second:.2f} runs/s) over {report.devices} device(s), "
@@ -105,3 +144,41 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def dry_run_report(runs, store_dir=None) -> str:
+    """The run count, the buckets (one compiled program each) and a table of the runs.
+
+    The table shows each run's hash and the keys that vary across the runs; a bucket is
+    named by those of them it holds fixed. With `store_dir` (`--resume`), stored runs
+    are counted and marked.
+    """
+    from weakspots.sims import store
+
+    stored = store.completed_hashes(store_dir) if store_dir is not None else set()
+    rows = [r.row for r in runs]
+    keys = [k for k in rows[0] if len({repr(row.get(k)) for row in rows}) > 1] if rows else []
+    buckets: dict = {}
+    for run in runs:
+        buckets.setdefault(run.bucket, []).append(run)
+    todo = sum(r.hash not in stored for r in runs)
+    head = f"{len(runs)} runs in {len(buckets)} bucket(s) (one compiled program each)"
+    if store_dir is not None:
+        head += f"; {len(runs) - todo} already stored, {todo} to run"
+    lines = [head]
+    for number, members in enumerate(buckets.values()):
+        fixed = [
+            f"{k}={members[0].row[k]}" for k in keys if len({repr(m.row[k]) for m in members}) == 1
+        ]
+        lines.append(f"  bucket {number}: {len(members)} runs  {' '.join(fixed)}".rstrip())
+    headers = ["hash", *keys] + (["stored"] if store_dir is not None else [])
+    table = [
+        [run.hash, *(_plain(run.row[k]) for k in keys)]
+        + (["yes" if run.hash in stored else "no"] if store_dir is not None else [])
+        for run in runs
+    ]
+    return "\n".join([*lines, "", common.table(headers, table, ".6g")])
+
+
+def _plain(value):
+    return str(value) if isinstance(value, bool) else value

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 
 from weakspots.idealized.lm_config import LAYER_KINDS, LM_OPERATORS, LMConfig
 
@@ -61,6 +60,11 @@ def register(subparsers) -> None:
             "Train decoders with compressed attention on multi-query associative recall and "
             "report accuracy by the phase of the queried value and key, by straddling, and "
             "against position, with 95% Wilson intervals."
+        ),
+        epilog=common.examples(
+            "weakspots lm train --steps 400",
+            "weakspots lm train --pairs 8 --stride 4 --eval-samples 32 --seeds 4 --json > s4.json",
+            "weakspots lm train --pairs 8 --stride 4 --operator none --seeds 4  # dense control",
         ),
     )
     add_lm_flags(train)
@@ -121,14 +125,10 @@ def run_train(args: argparse.Namespace) -> int:
     seeds = common.seed_list(args)
     from weakspots.sims.lm.evaluate import phase_summary, seed_spread
     from weakspots.sims.lm.train import train_many
-    from weakspots.sims.train import TrainingDiverged, stderr_progress
+    from weakspots.sims.progress import Progress
 
-    progress = stderr_progress("lm train") if common.progress_enabled(args) else None
-    try:
+    with Progress("lm train", "steps", enabled=common.progress_enabled(args)) as progress:
         results = train_many([base.replace(seed=s) for s in seeds], progress=progress)
-    except TrainingDiverged as error:
-        print(f"weakspots lm train: {error}", file=sys.stderr)
-        return 1
     summaries = [r.summary() for r in results]
     many = args.seeds is not None
     out = json_report(base, seeds, summaries, many=many)

@@ -11,13 +11,12 @@ per-phase accuracy and each seed's `delta_max`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm.evaluate import phase_summary
 from weakspots.sims.lm.train import train_many
+from weakspots.sims.progress import Progress
 
 SIZES: dict[str, dict] = {
     "tiny": dict(
@@ -58,7 +57,7 @@ def configs(size: str) -> list[LMConfig]:
     return [c.replace(seed=s) for c in unique for s in range(SIZES[size]["seeds"])]
 
 
-def run(size: str, progress: Callable[[int, int], None] | None = None) -> dict:
+def run(size: str, progress: Progress | None = None) -> dict:
     """Train the grid; one row per (operator, stride, context) with the pooled phase metrics."""
     results = train_many(configs(size), progress=progress)
     rows = []

@@ -10,13 +10,13 @@ floor, straddling) and each seed's phase accuracy.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import numpy as np
 
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm.evaluate import phase_summary, seed_spread
 from weakspots.sims.lm.train import train_many
+from weakspots.sims.progress import Progress
 
 SIZES: dict[str, dict] = {
     "tiny": dict(
@@ -45,7 +45,7 @@ def configs(size: str) -> list[LMConfig]:
     return [c.replace(seed=s) for c in designs(size).values() for s in seeds]
 
 
-def run(size: str, progress: Callable[[int, int], None] | None = None) -> dict:
+def run(size: str, progress: Progress | None = None) -> dict:
     """Train every run of `configs(size)`; pooled and per-seed per-phase results per design."""
     results = train_many(configs(size), progress=progress)
     out = {"size": size, "designs": {}}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import equinox as eqx
@@ -29,6 +29,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
 from weakspots.idealized.recall import RecallBatch, sample_batch
+from weakspots.sims.progress import Progress
 from weakspots.sims.train import TrainingDiverged
 
 DTYPE = jnp.float32
@@ -180,13 +181,16 @@ def run_batch(
     config: LMConfig,
     hyper: LMHyper,
     *,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
+    stop_on_divergence: bool = True,
 ) -> tuple[LMHistory, nnx.State, np.ndarray]:
     """Train R runs that share `config.static`; `hyper` has leading axis R.
 
     Returns the stacked history `(R, E)`, the stacked final parameter states and the
     per-step training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first
-    block in which some run's loss is not finite.
+    block in which some run's loss is not finite. `progress` (`sims.progress.Progress`)
+    gets the steps of each block, the first marked as carrying the compile.
+    `stop_on_divergence=False` trains every run to the end instead of raising.
     """
     config = config.static
     held_out = held_out_batch(config)
@@ -196,12 +200,13 @@ def run_batch(
         states, losses, record = _advance_many(config, states, hyper, held_out)
         done = min(config.eval_every, config.steps - block * config.eval_every)
         losses = np.asarray(losses)[:, :done]
-        _raise_if_diverged(losses, hyper, block * config.eval_every)
+        if stop_on_divergence:
+            _raise_if_diverged(losses, hyper, block * config.eval_every)
         step_losses.append(losses)
         steps_done.append(block * config.eval_every + done)
         records.append((losses.mean(axis=1), *map(np.asarray, record)))
         if progress is not None:
-            progress(block + 1, config.eval_times)
+            progress.update(done, warmup=block == 0)
     loss, eval_loss, eval_accuracy = (np.stack(x, axis=1) for x in zip(*records, strict=True))
     runs = loss.shape[0]
     steps = np.broadcast_to(np.asarray(steps_done), (runs, len(steps_done)))
@@ -252,15 +257,19 @@ class LMResult:
         return out
 
 
-def train_many(
-    configs: Sequence[LMConfig], *, progress: Callable[[int, int], None] | None = None
-) -> list[LMResult]:
-    """Train and evaluate every config, one compiled program per distinct `config.static`."""
+def train_many(configs: Sequence[LMConfig], *, progress: Progress | None = None) -> list[LMResult]:
+    """Train and evaluate every config, one compiled program per distinct `config.static`.
+
+    `progress` counts training steps (a batch of runs trained together counts once); if it
+    has no total yet, it is planned here.
+    """
     from weakspots.sims.lm.evaluate import evaluate_many
 
     groups: dict[LMConfig, list[int]] = {}
     for i, config in enumerate(configs):
         groups.setdefault(config.static, []).append(i)
+    if progress is not None and progress.total is None:
+        progress.plan(sum(s.steps for s in groups), warmups=len(groups))
     results: list[LMResult | None] = [None] * len(configs)
     for static, members in groups.items():
         start = time.perf_counter()

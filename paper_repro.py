@@ -3,54 +3,26 @@
     python paper_repro.py [--quick | --full] [--only NAME ...] [--out DIR] [--jobs N]
                           [--[no-]check]
 
-For each selected figure: `sims.experiments.run_<name>` (simulations; results kept in the
-result store under OUT/store, so a rerun reuses them), `predict_<name>` (theory/),
-`figures.<name>.make` (saved as PNG and PDF), and its agreement rows. Then REPORT.md and
-report.csv in OUT: the agreement table (plus `sims.check.agreement_rows` when that module
-exists), each figure with two lines on what it shows, and the run's provenance.
-Exit code 1 if any agreement row fails or a figure could not be made.
+Each selected experiment of the registry (`figures.EXPERIMENTS`, which is
+`sims.experiments.EXPERIMENTS` with the figures attached) is evaluated
+(`sims.experiments.evaluate`: run, predict, rows; results kept in the result store under
+OUT/store, so a rerun reuses them) and, if it has a figure, drawn as PNG and PDF. Then
+REPORT.md and report.csv in OUT: the agreement table, its rows counted by kind
+(prediction, consistency, fit), each figure with its caption, and the run's provenance.
+Exit code 1 if any row fails or an experiment could not be made.
 
-The SGD runs of all selected figures are trained first, together (one compiled program
-per model structure, shared across figures); with `--jobs 2` (the default on 2 CPUs) two
-groups of figures that share no runs are made in two processes at once, since tracing
-and XLA compilation keep only one core busy.
-
-Runtime on 2 CPU cores, cold (empty store and compilation cache), README's first command
-on a fresh clone: 3:40 wall including `pip install -e .` in a fresh virtual environment,
-182 s inside the script (366 CPU-s), 72 rows, 0 failing. Per process: the shared SGD
-runs 62 s and 65 s; then head_ablation 51 s (the readout quadrature of every ablated
-head), support_size 56 s (SGD at 7 points plus the finite-d support flows and escape
-chains), pooling_dynamics 34 s, mitigations 22 s, finite_d_accuracy 18 s, learned_gain
-13 s, the rest under 8 s each. The version of 2026-11-29 took 365 s; most of the gain
-is the trainer compiled without XLA:CPU's MLIR fusion emitters (`idealized.xla`:
-training steps 4-5x faster), then the shared training and the two processes. A rerun
-that reuses the store and the compilation cache takes 20 s (16 s in the script). With
-the changes of 2026-11-30 (two structures at once, figure 3's escape scan) a cold quick
-run took 191 s in the script, 72 rows, 0 failing; README's first command on a fresh
-clone of the final tree, 4:43 wall (223 s in the script).
-
---full on 2 CPU cores, cold, on an idle machine (2026-11-30, commit 788d257): 57:10 wall
-(3425 s in the script; 5796 CPU-s, 7.1 GB peak memory), 154 rows, 0 failing, exit 0.
-First job: its 139 SGD runs 293 s, support_size 206 s, pooling_dynamics 93 s, the rest
-under 26 s each (10.5 minutes in all). Second job: its 92 SGD runs 2959 s (4503 CPU-s),
-nearly all the real-key operators at 8 seeds x 600 steps (each step draws the B N s d =
-8.4 million key numbers of a run): low_rank done at 926 s, max_pool at 1472 s,
-deepseek_v4 at 2959 s; then its figures 160 s. Then the rows of `weakspots check` 300 s.
-deepseek_v4 started only when low_rank was done (equal cost estimates, fixed since in
-`sims.experiments._work`), so for the last 21 minutes one training program ran alone.
-The version before training two structures at once per process took 1:02:36 (3751 s)
-and found 5 failing rows, each a finding fixed since: figure 4's fit mixed two heads'
-common and differential modes (1-4% low), and at s=8 N=16 SGD escapes the metastable
-uniform state (P 0.99) below N_c(d=64) = 18.4 (figures 3 and 6). No GPU was lent to
-measure it there.
+The SGD runs of the selected experiments are trained first, together (one compiled
+program per model structure); with `--jobs 2` (the default on 2 CPUs) the experiments
+are split into two groups along their shared SGD runs (`sims.experiments.job_groups`) and
+made in two processes at once, since tracing and XLA compilation keep only one core busy.
+Progress: one line per step on stderr, and the run's overall progress with an ETA that
+leaves compilation out (`sims.progress.Progress`: a bar on a terminal, lines elsewhere).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -69,45 +41,55 @@ import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from weakspots.sims.progress import Progress  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent
-SHARED = "sgd_runs"  # the figures' SGD runs, trained together before the figures
+SHARED = "sgd_runs"  # the experiments' SGD runs, trained together before the experiments
 # Structures a process trains at once (threads; train_planned): a real-key training
-# program keeps about 1.6 of 2 cores busy, two keep both (max_pool: 1.2-1.3x faster).
+# program keeps about one of 2 cores busy, two keep both.
 TRAIN_THREADS = min(2, os.cpu_count() or 1)
-CHECK = "sims.check"  # the rows of `weakspots check`, which run their own simulations
-COLUMNS = ("name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass")
+COLUMNS = ("experiment", "kind", "name", "config", "predicted", "ode", "sgd", "rel_error",
+           "tolerance", "pass")  # fmt: skip
+# The XLA compile of every program, reported by jax (seconds, per process).
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def registry():
+    """Every experiment, with its figure attached where it has one (figures.EXPERIMENTS)."""
+    from weakspots.figures import EXPERIMENTS
+
+    return EXPERIMENTS
 
 
 def parse(argv=None) -> argparse.Namespace:
-    from weakspots.sims.experiments import FIGURES
-
+    names = [e.name for e in registry()]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    size = p.add_mutually_exclusive_group()
-    size.add_argument(
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument(
         "--quick",
-        dest="size",
+        dest="budget",
         action="store_const",
         const="quick",
         help="fewer seeds, samples and configs, same physics (default)",
     )
-    size.add_argument(
+    budget.add_argument(
         "--full",
-        dest="size",
+        dest="budget",
         action="store_const",
         const="full",
         help="the sizes a paper would print",
     )
-    size.add_argument(
-        "--tiny", dest="size", action="store_const", const="tiny", help=argparse.SUPPRESS
+    budget.add_argument(
+        "--tiny", dest="budget", action="store_const", const="tiny", help=argparse.SUPPRESS
     )  # smoke tests only: too small to mean anything
-    p.set_defaults(size="quick")
+    p.set_defaults(budget="quick")
     p.add_argument(
         "--only",
         nargs="+",
         metavar="NAME",
-        choices=FIGURES,
-        default=list(FIGURES),
-        help=f"figures to make (default all): {', '.join(FIGURES)}",
+        choices=names,
+        help=f"experiments to make (default: every one with a figure, and with --check or "
+        f"--full the rest): {', '.join(names)}",
     )
     p.add_argument("--out", default="figures/out", help="output folder (default figures/out)")
     p.add_argument(
@@ -115,22 +97,31 @@ def parse(argv=None) -> argparse.Namespace:
         type=int,
         default=min(2, os.cpu_count() or 1),
         metavar="N",
-        help="processes making figures at once: 1, or 2 (two groups of figures that share no "
+        help="processes making experiments at once: 1, or more (groups along their shared "
         "SGD runs; default 2 where there are 2 CPUs)",
     )
     p.add_argument("--worker-json", help=argparse.SUPPRESS)  # set by run_jobs for its workers
+    p.add_argument("--progress-file", help=argparse.SUPPRESS)  # set by run_jobs for its workers
     p.add_argument(
         "--check",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="add the rows of `weakspots check` (sims.check), which run their own "
-        "simulations (about 4 minutes at quick size); default: on with --full, off with "
-        "--quick, whose agreement table comes from the figure runs alone",
+        help="add the experiments without a figure (the rest of `weakspots check`'s table, "
+        "which run their own simulations, several minutes at quick size); default: on "
+        "with --full, off with --quick",
     )
     args = p.parse_args(argv)
     if args.jobs < 1:
         p.error(f"--jobs: must be an integer >= 1, got {args.jobs}")
     return args
+
+
+def selected(args) -> list:
+    """The experiments to make, in registry order."""
+    if args.only:
+        return [e for e in registry() if e.name in args.only]
+    with_tables = args.check if args.check is not None else args.budget == "full"
+    return [e for e in registry() if e.figure is not None or with_tables]
 
 
 def enable_compilation_cache(out: Path) -> None:
@@ -140,7 +131,19 @@ def enable_compilation_cache(out: Path) -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def provenance(size, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict:
+class CompileClock:
+    """Seconds this process has spent in XLA compilation (jax's monitoring events)."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        jax.monitoring.register_event_duration_secs_listener(self._heard)
+
+    def _heard(self, event: str, duration_secs: float, **kwargs) -> None:
+        if event == COMPILE_EVENT:
+            self.seconds += duration_secs
+
+
+def provenance(budget, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict:
     def git(*args):
         try:
             return subprocess.run(
@@ -163,12 +166,12 @@ def provenance(size, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict
         "device": ", ".join(f"{d.platform}:{d.device_kind}" for d in jax.devices()),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "size": size,
+        "budget": budget,
         "jobs": jobs,
         "wall_seconds": wall,
-        "figure_seconds": times,
+        "step_seconds": times,
         "cpu_seconds": sum(cpu.values()),
-        "figure_cpu_seconds": cpu,
+        "step_cpu_seconds": cpu,
     }
 
 
@@ -184,40 +187,46 @@ def _fmt(x) -> str:
 
 def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: dict) -> None:
     with open(out / "report.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=("figure", *COLUMNS))
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     failed = sum(not r["pass"] for r in rows)
+    from weakspots.sims.experiments import kind_counts
+
+    counts = kind_counts(rows)
+    predictions, failed_predictions = counts["prediction"]["rows"], counts["prediction"]["failing"]
     lines = [
         "# Periodic weak spots: theory against simulation",
         "",
-        f"`{prov['command']}` — size `{prov['size'].name}`, {len(made)} figure(s), "
-        f"{len(rows)} agreement rows, **{failed} failing**, wall time {prov['wall_seconds']:.0f} s.",
+        f"`{prov['command']}` — budget `{prov['budget'].name}`: **{predictions} predictions, "
+        f"{failed_predictions} failing**; {len(rows)} agreement rows in all, {failed} failing; "
+        f"{len(made)} figure(s); wall time {prov['wall_seconds']:.0f} s.",
         "",
         "## Agreement",
         "",
-        "`rel_error` = max over the measurements (ode, sgd) of |measured - predicted| / "
-        "|predicted| (the row's stated floor replaces small |predicted|); a row passes when "
-        "rel_error <= tolerance. `ode` is the reduced (d = inf) gradient flow, `sgd` the "
-        "finite-d trainer (or Monte Carlo, figure 11).",
+        "A row's kind says what it can show. `prediction`: derived, it does not integrate or "
+        "simulate the system it is compared with. `consistency`: the same system by another "
+        "solver, sample or start. `fit`: it uses the run's own learned weights or start.",
         "",
-        "| figure | " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * (len(COLUMNS) + 1),
+        "| kind | rows | failing |",
+        "|---|---|---|",
+        *(f"| {k} | {c['rows']} | {c['failing']} |" for k, c in counts.items()),
+        "",
+        "`rel_error` = max over the measurements (ode, sgd) of |measured - predicted| / "
+        "max(|predicted|, the row's floor); a row passes when rel_error <= tolerance (and any "
+        "further condition its config states). `ode` is the reduced (d = inf) gradient flow "
+        "unless the row says otherwise, `sgd` the finite-d trainer or a Monte Carlo of the "
+        "task.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
     ]
-    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in ("figure", *COLUMNS)) + " |" for r in rows]
+    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |" for r in rows]
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(made.items(), 1):
-        lines += [
-            f"### {i}. {name}",
-            "",
-            f"![{name}]({name}.png)",
-            "",
-            caption[0] + "  ",
-            caption[1],
-            "",
-            f"[PDF]({name}.pdf)",
-            "",
-        ]
+        lines += [f"### {i}. {name}", "", f"![{name}]({name}.png)", ""]
+        lines += [line + "  " for line in caption[:-1]] + [caption[-1], ""]
+        lines += [f"[PDF]({name}.pdf)", ""]
     for name, err in errors.items():
         lines += [f"### {name}: FAILED", "", "```", err, "```", ""]
     lines += ["## Provenance", ""]
@@ -227,28 +236,42 @@ def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: di
         f"* python {p['python']}; " + ", ".join(f"{k} {v}" for k, v in p["versions"].items()),
         f"* device: {p['device']}; {p['cpus']} CPU(s); load average at the end "
         + ", ".join(f"{x:.1f}" for x in p["load_average"]),
-        f"* size preset: `{p['size']}` (seeds are 0..seeds-1 for SGD; fixed numpy seeds for "
+        f"* budget: `{p['budget']}` (seeds are 0..seeds-1 for SGD; fixed numpy seeds for "
         "flow starts; held-out needles from eval_seed 12345)",
-        f"* wall time: {p['wall_seconds']:.1f} s with {p['jobs']} process(es) making figures "
-        f"at once; per step ({SHARED}: a process's SGD runs, trained together before its "
-        "figures; each figure's own time excludes them): "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in p["figure_seconds"].items()),
-        "* CPU time (all threads of the processes that made figures; far less sensitive to "
-        "other load than wall time): "
+        f"* wall time: {p['wall_seconds']:.1f} s with {p['jobs']} process(es) making "
+        f"experiments at once; per step ({SHARED}: a process's SGD runs, trained together "
+        "before its experiments; each experiment's own time excludes them): "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in p["step_seconds"].items()),
+        "* CPU time (all threads of the processes that made experiments; far less sensitive "
+        "to other load than wall time): "
         f"{p['cpu_seconds']:.1f} s; per step: "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in p["figure_cpu_seconds"].items()),
+        + ", ".join(f"{k} {v:.1f} s" for k, v in p["step_cpu_seconds"].items()),
         "",
     ]
     (out / "REPORT.md").write_text("\n".join(lines))
 
 
-def check_rows(size_name: str) -> list[dict]:
-    """Rows of `weakspots check` (sims.check) when that module exists."""
-    if importlib.util.find_spec("weakspots.sims.check") is None:
-        return []
-    check = importlib.import_module("weakspots.sims.check")
-    rows = check.agreement_rows(quick=size_name != "full", progress=True)
-    return [{"figure": "check", **r} for r in rows]
+class StepRelay:
+    """Feeds the events of the processes making experiments into one `sims.progress.Progress`.
+
+    An event is {"message"} (printed) or {"done", "seconds", "compile_seconds"} (a step
+    ended: a process's shared SGD training, or an experiment). A step that spent more than
+    half its time compiling (`compile_seconds` counts up per process) is a warmup, which
+    `Progress` leaves out of the rate behind its ETA.
+    """
+
+    def __init__(self, progress):
+        self.progress = progress
+        self.compiled: dict[int, float] = {}
+
+    def __call__(self, event: dict, job: int = 0) -> None:
+        if "message" in event:
+            self.progress.write(f"[paper_repro] {event['message']}")
+        if event.get("done"):
+            before = self.compiled.get(job, 0.0)
+            self.compiled[job] = event["compile_seconds"]
+            compiling = event["compile_seconds"] - before
+            self.progress.update(1, warmup=compiling > 0.5 * event["seconds"])
 
 
 def main(argv=None) -> int:
@@ -258,121 +281,153 @@ def main(argv=None) -> int:
     enable_compilation_cache(out)
     from weakspots.sims import experiments
 
-    size = experiments.SIZES[args.size]
+    budget = experiments.BUDGETS[args.budget]
+    chosen = selected(args)
     start = time.perf_counter()
-    if args.worker_json:  # one group of a parallel run: figures only, results to the parent
-        made = make_figures(args.only, size, out)
+    if args.worker_json:  # one group of a parallel run: experiments only, results to the parent
+        made = make_experiments(chosen, budget, out, to_file(Path(args.progress_file)))
         Path(args.worker_json).write_text(json.dumps(made))
         return 0
-    groups = job_groups(args.only, args.jobs)
-    made = make_figures(args.only, size, out) if len(groups) == 1 else run_jobs(args, groups)
-    made = in_figure_order(made)
+    groups = experiments.job_groups(chosen, budget, args.jobs)
+    with Progress("paper_repro", "steps", total=sum(len(g) + 1 for g in groups)) as progress:
+        relay = StepRelay(progress)
+        if len(groups) == 1:
+            made = make_experiments(chosen, budget, out, relay)
+        else:
+            made = run_jobs(args, groups, relay)
+    order = {e.name: i for i, e in enumerate(registry())}
+    made["rows"].sort(key=lambda r: order[r["experiment"]])  # stable within an experiment
+    made["made"] = dict(sorted(made["made"].items(), key=lambda kv: order[kv[0]]))
     rows, captions, errors, times, cpu = (
         made[k] for k in ("rows", "made", "errors", "times", "cpu")
     )
-    if args.check if args.check is not None else args.size == "full":
-        t0, c0 = time.perf_counter(), time.process_time()
-        _log("rows of `weakspots check` (sims.check) ...")
-        try:
-            rows += check_rows(size.name)
-        except Exception:  # reported in REPORT.md and fails the run, figures are kept
-            errors[CHECK] = traceback.format_exc()
-        times[CHECK], cpu[CHECK] = time.perf_counter() - t0, time.process_time() - c0
-        _log(f"{CHECK}: {times[CHECK]:.1f} s ({cpu[CHECK]:.0f} CPU-s)")
     wall = time.perf_counter() - start
-    write_report(out, rows, captions, errors, provenance(size, wall, times, cpu, len(groups)))
+    write_report(out, rows, captions, errors, provenance(budget, wall, times, cpu, len(groups)))
+    counts = experiments.kind_counts(rows)
     failed = [r for r in rows if not r["pass"]]
+    by_kind = ", ".join(f"{c['rows']} {kind}" for kind, c in counts.items())
     print(
-        f"[paper_repro] {len(captions)} figures, {len(rows)} rows, {len(failed)} failing, "
-        f"{len(errors)} errors, {wall:.0f} s -> {out / 'REPORT.md'}",
+        f"[paper_repro] {counts['prediction']['rows']} predictions "
+        f"({counts['prediction']['failing']} failing), {len(rows)} rows in all ({by_kind}), "
+        f"{len(failed)} failing, {len(captions)} figures, {len(errors)} errors, {wall:.0f} s "
+        f"-> {out / 'REPORT.md'}",
         file=sys.stderr,
     )
     return 1 if failed or errors else 0
 
 
-def _log(message: str) -> None:
-    print(f"[paper_repro] {message}", file=sys.stderr, flush=True)
+def to_file(path: Path):
+    """A progress callback that appends each event to `path` as a JSON line (for the parent)."""
+
+    def heard(event: dict) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps(event) + "\n")
+
+    return heard
 
 
-def make_figures(names, size, out: Path) -> dict:
-    """Train the figures' SGD runs together, then make each figure: its rows, caption, times."""
+def make_experiments(chosen, budget, out: Path, heard) -> dict:
+    """Train the experiments' SGD runs together, then evaluate (and draw) each.
+
+    heard(event): told of every step ({"message": ...}, and {"done": 1, "compile_seconds"}
+    when a step ends). Returns rows, figures made (name -> caption), errors, times, cpu.
+    """
     from weakspots.sims import experiments
 
+    clock = CompileClock()
     store_dir = out / "store"
     rows, made, errors, times, cpu = [], {}, {}, {}, {}
+
+    def step_done(name: str) -> None:
+        heard(
+            {
+                "message": f"{name}: {times[name]:.1f} s ({cpu[name]:.0f} CPU-s)",
+                "done": 1,
+                "seconds": times[name],
+                "compile_seconds": clock.seconds,
+            }
+        )
+
     t0, c0 = time.perf_counter(), time.process_time()
-    _log(f"SGD runs of {', '.join(names)}, trained together ...")
+    names = ", ".join(e.name for e in chosen)
+    heard({"message": f"SGD runs of {names}, trained together ..."})
     try:
-        trained = experiments.train_planned(names, size, store_dir, log=_log, workers=TRAIN_THREADS)
-    except Exception:  # e.g. a diverged run: each figure then trains (and reports) its own
+        trained = experiments.train_planned(
+            chosen, budget, store_dir, log=lambda m: heard({"message": m}), workers=TRAIN_THREADS
+        )
+    except Exception:  # e.g. a diverged run: each experiment then trains (and reports) its own
         trained = 0
-        print(traceback.format_exc(), file=sys.stderr)
+        heard({"message": traceback.format_exc()})
     times[SHARED], cpu[SHARED] = time.perf_counter() - t0, time.process_time() - c0
-    _log(f"{trained} SGD runs: {times[SHARED]:.1f} s ({cpu[SHARED]:.0f} CPU-s)")
-    for name in names:
+    heard({"message": f"{trained} SGD runs trained"})
+    step_done(SHARED)
+    for experiment in chosen:
+        name = experiment.name
         t0, c0 = time.perf_counter(), time.process_time()
-        _log(f"{name} ...")
+        heard({"message": f"{name} ..."})
         try:
-            run, predict, rows_of = experiments.experiment(name)
-            results = run(size, store_dir)
-            predictions = predict(size, results, store_dir)
-            module = importlib.import_module(f"weakspots.figures.{name}")
-            fig = module.make(results, predictions)
-            for ext in ("png", "pdf"):
-                fig.savefig(out / f"{name}.{ext}", bbox_inches="tight")
-            plt.close(fig)
-            rows += [{"figure": name, **r} for r in rows_of(results, predictions)]
-            made[name] = module.CAPTION
-        except Exception:  # one broken figure must not hide the others; it fails the run
+            results, predictions, agreement = experiments.evaluate(experiment, budget, store_dir)
+            if experiment.figure is not None:
+                fig = experiment.figure(results, predictions)
+                for ext in ("png", "pdf"):
+                    fig.savefig(out / f"{name}.{ext}", bbox_inches="tight")
+                plt.close(fig)
+                made[name] = list(experiment.caption)
+            rows += [{"experiment": name, **r.as_dict()} for r in agreement]
+        except Exception:  # one broken experiment must not hide the others; it fails the run
             errors[name] = traceback.format_exc()
-            print(errors[name], file=sys.stderr)
+            heard({"message": errors[name]})
         times[name] = time.perf_counter() - t0
         cpu[name] = time.process_time() - c0
-        _log(f"{name}: {times[name]:.1f} s ({cpu[name]:.0f} CPU-s)")
+        step_done(name)
     return {"rows": rows, "made": made, "errors": errors, "times": times, "cpu": cpu}
 
 
-# Figures whose SGD runs overlap (the canonical structure at several N and s) stay in one
-# job, so that no run is trained twice; the two groups cost about the same CPU time at
-# --quick (the first ~210 CPU-s, the second ~170).
-AFFINITY = (
-    ("support_size", "pooling_dynamics", "weak_spots", "phase_diagram", "specialization_time"),
-    ("head_ablation", "mitigations", "finite_d_accuracy", "learned_gain", "operators",
-     "rope_anchoring", "growth_rate"),
-)  # fmt: skip
-
-
-def job_groups(names, jobs: int) -> list[list[str]]:
-    """`names` split into at most `jobs` groups along AFFINITY (one group when jobs is 1)."""
-    if jobs <= 1:
-        return [list(names)]
-    groups = [[n for n in group if n in names] for group in AFFINITY]
-    rest = [n for n in names if not any(n in group for group in AFFINITY)]
-    groups[-1] += rest
-    return [g for g in groups if g] or [list(names)]
-
-
-def run_jobs(args, groups: list[list[str]]) -> dict:
+def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
     """Each group in its own process (`--worker-json`), at once; their results merged.
 
     Tracing and XLA compilation are single-threaded, so one process leaves the second core
-    idle for much of a run; two processes keep both busy. Both share the result store
-    (safe for concurrent writers, sims.store) and the compilation cache.
+    idle for much of a run; two processes keep both busy. They share the result store
+    (safe for concurrent writers, sims.store) and the compilation cache, and report their
+    progress through a file each, which this process reads while it waits.
     """
     out = Path(args.out)
-    size_flag = f"--{args.size}"
     procs = []
     for i, group in enumerate(groups):
-        target = out / f".worker-{i}.json"
+        target, events = out / f".worker-{i}.json", out / f".worker-{i}.progress"
         target.unlink(missing_ok=True)
-        command = [sys.executable, str(Path(__file__).resolve()), size_flag, "--out", str(out)]
-        command += ["--jobs", "1", "--worker-json", str(target), "--only", *group]
-        procs.append((group, target, subprocess.Popen(command)))
+        events.unlink(missing_ok=True)
+        command = [sys.executable, str(Path(__file__).resolve()), f"--{args.budget}"]
+        command += ["--out", str(out), "--jobs", "1", "--worker-json", str(target)]
+        command += ["--progress-file", str(events), "--only", *(e.name for e in group)]
+        procs.append((group, target, events, subprocess.Popen(command)))
+    read = [0] * len(procs)
+
+    def read_events() -> None:
+        for i, (_, _, events, _) in enumerate(procs):
+            if events.exists():
+                with open(events) as f:
+                    f.seek(read[i])
+                    while (line := f.readline()).endswith("\n"):
+                        relay(json.loads(line), job=i)
+                    read[i] = f.tell() - len(line)
+
+    try:
+        while any(proc.poll() is None for *_, proc in procs):
+            read_events()
+            time.sleep(0.5)
+        read_events()
+    finally:  # an error or Ctrl-C here must not leave the workers running
+        for *_, proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait()
     merged = {"rows": [], "made": {}, "errors": {}, "times": {}, "cpu": {}}
-    for i, (group, target, proc) in enumerate(procs):
-        code = proc.wait()
-        if code != 0 or not target.exists():
-            merged["errors"][f"job {i} ({', '.join(group)})"] = f"worker exited with code {code}"
+    for i, (group, target, events, proc) in enumerate(procs):
+        events.unlink(missing_ok=True)
+        if proc.returncode != 0 or not target.exists():
+            names = ", ".join(e.name for e in group)
+            merged["errors"][f"job {i} ({names})"] = f"worker exited with code {proc.returncode}"
             continue
         part = json.loads(target.read_text())
         target.unlink()
@@ -382,16 +437,6 @@ def run_jobs(args, groups: list[list[str]]) -> dict:
         merged["times"].update({_job_key(k, i): v for k, v in part["times"].items()})
         merged["cpu"].update({_job_key(k, i): v for k, v in part["cpu"].items()})
     return merged
-
-
-def in_figure_order(made: dict) -> dict:
-    """`make_figures`' output with rows and figures in FIGURES order (the report's order)."""
-    from weakspots.sims.experiments import FIGURES
-
-    order = {name: i for i, name in enumerate(FIGURES)}
-    made["rows"].sort(key=lambda r: order.get(r["figure"], len(order)))  # stable within a figure
-    made["made"] = dict(sorted(made["made"].items(), key=lambda kv: order[kv[0]]))
-    return made
 
 
 def _job_key(key: str, job: int) -> str:

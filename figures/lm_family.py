@@ -55,5 +55,4 @@ def make(results, predictions=None):
         ax.set_ylim(0, 1.35 * top)
         ax.legend(fontsize=7, loc="upper left", ncol=len(strides))
     fig.suptitle("Decoder family: weak-spot gap by operator, stride, context", fontsize=9)
-    fig.tight_layout()
     return fig

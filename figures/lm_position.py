@@ -79,5 +79,4 @@ def make(results, predictions=None):
     fig.suptitle(
         f"Periodic weak spots in a decoder trained from scratch (T={designs['compressed']['config']['seq_len']})"
     )
-    fig.tight_layout()
     return fig

@@ -3,11 +3,7 @@
 import numpy as np
 from matplotlib.patches import Patch
 
-from weakspots import theory
 from weakspots.figures.style import COLORS, figure, legend_below
-
-# The runs' config (sims.experiments.mitigations: the canonical one with 2 heads).
-STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 
 CAPTION = (
     "delta_max with each mitigation (2 heads, s=8, N=64, d=64, gain 16): each SGD seed (circles) beside the prediction for that seed's own start (crosses: the reduced flow of the mitigated loss, then the head-averaged accuracy formula; docs/theory.md §7.8), bars the seed means. Phase entropy at weight 0.02 changes nothing because it is far below epsilon_c = H s lambda = 0.54, the weight that restores uniform pooling (the transition is sharp); stagger changes nothing because with untied heads it only relabels each head's phases.",
@@ -38,7 +34,7 @@ def make(results, predictions):
     ticks = list(names)
     if "phase_entropy" in names:  # why it does nothing, on its tick (not over the data)
         weight = results["mitigations"]["phase_entropy"]["overrides"]["phase_entropy"]
-        critical = theory.entropy_critical_weight(STRIDE, CHUNKS, GAIN, heads=results["heads"])
+        critical = predictions["phase_entropy"]["critical_weight"]
         ticks[names.index("phase_entropy")] += f"\n{weight:g} < eps_c = {critical:.2f}"
     if "stagger" in names:
         ticks[names.index("stagger")] += "\nuntied heads"

@@ -77,11 +77,5 @@ def spread_yerr(values) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.maximum(np.stack([mean - low, high - mean]), 0.0)
 
 
-def mode(values) -> float:
-    """The most frequent value (the smallest of those tied), as the agreement rows take it."""
-    values, counts = np.unique(np.asarray(values), return_counts=True)
-    return float(values[np.argmax(counts)])
-
-
 def panel_label(ax, text: str) -> None:
     ax.set_title(text, loc="left")

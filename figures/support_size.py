@@ -3,7 +3,8 @@
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below, mode, spread_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, spread_yerr
+from weakspots.sims.check import most_common
 
 
 def _axis(results, predictions, axis):
@@ -43,7 +44,7 @@ def make(results, predictions):
         # The row checks the SGD mode: draw it, and every seed beside it.
         ax.plot(
             x,
-            [mode(p["support"]) for p in meas],
+            [most_common(p["support"]) for p in meas],
             "o",
             ms=6,
             color=COLORS[0],

@@ -4,23 +4,22 @@ Every jitted function of `idealized`, `theory` and `sims` compiles through these
 function gives the same numbers whichever entry point calls it (the options travel with
 the function, not with the process, unlike `XLA_FLAGS`).
 
-`xla_cpu_use_fusion_emitters=False`: XLA:CPU's MLIR fusion emitters (the default in the
-jax 0.10 this was measured on) do not vectorise a loop fusion that mixes the counter-based random draw with a
-broadcast operand, such as `scale[:, None, None] * standard_normal(key, (B, N, s))` in
-`idealized.task.sample_batch`: that one fusion took 4.2 ms against 0.8 ms on the older
-emitters, and it dominated the training step. With the older emitters a block of
-training steps runs 4.2 to 4.8 times faster on CPU (canonical, 2 heads, stride 16) and
-compiles 6-30% faster (`python -m benchmarks.xla_options` prints both); whole runs,
-evaluation included, 1.7 to 3.4 times. Results agree to float32 rounding (one ulp where
-they differ at all). The option is CPU-only: other backends ignore it.
+`COMPILER_OPTIONS` turns off XLA:CPU's MLIR fusion emitters
+(`xla_cpu_use_fusion_emitters=False`): they leave a loop fusion that mixes the
+counter-based random draw with a broadcast operand unvectorised, such as
+`scale[:, None, None] * standard_normal(key, (B, N, s))` in `idealized.task.sample_batch`,
+and that fusion dominates a training step. Results agree with XLA's defaults to float32
+rounding. `python -m weakspots.benchmarks.xla_options` times both settings
+(docs/performance.md). The option is CPU-only: other backends ignore it.
+
 Jax accepts compiler options on a top-level jit only, and refuses them where a jitted
 function is staged into another trace (called inside `jax.jit`, differentiated with
 `jax.grad`). There a function jitted here compiles as a plain jit instead, with the same
 static and donated arguments: inside an outer jit the outer program's options apply;
 under a transformation at top level (`jax.grad(f)(x)`) XLA's defaults do, so such a call
-may differ from `f(x)` by float32 rounding.
-Jax versions before `FUSION_EMITTER_OPTION_SINCE` (not tested here) compile with XLA's
-defaults, because an option XLA does not know is an error.
+may differ from `f(x)` by float32 rounding. Jax versions before
+`FUSION_EMITTER_OPTION_SINCE` compile with XLA's defaults, because an option XLA does not
+know is an error.
 """
 
 from __future__ import annotations

@@ -1,70 +1,157 @@
-"""`weakspots check` (sims.check): row format, pass flags computed, exit codes."""
+"""The agreement row (`Row`), the experiments of `weakspots check`, and the command itself."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
-from weakspots.sims import check
+from weakspots.sims.check import FALSE_ALARM, mean_half_width, normal_half_width
+from weakspots.sims.cli import check as check_cli
 from weakspots.sims.cli import main
+from weakspots.sims.experiments import (
+    BUDGETS,
+    EXPERIMENTS,
+    KINDS,
+    Experiment,
+    Row,
+    evaluate,
+    kind_counts,
+    linear_growth,
+    phase_diagram,
+    threshold,
+)
 
-KEYS = {"name", "config", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass"}
-
-
-def test_agreement_row_computes_pass():
-    good = check.agreement_row("x", "c", 2.0, ode=2.001, tolerance=1e-3)
-    assert set(good) == KEYS and good["pass"] and good["rel_error"] == pytest.approx(5e-4)
-    assert not check.agreement_row("x", "c", 2.0, ode=2.001, sgd=2.1, tolerance=1e-3)["pass"]
-    assert not check.agreement_row("x", "c", 2.0, ode=float("nan"))["pass"]
-    assert not check.agreement_row("x", "c", 2.0)["pass"]  # nothing measured
-    assert check.agreement_row("x", "c", 0.0, sgd=0.02, tolerance=0.03, absolute=True)["pass"]
-
-
-def test_growth_rows_pass_and_a_wrong_prediction_fails():
-    rows = check.growth_rows(quick=True)
-    assert len(rows) == 3 and all(set(r) == KEYS for r in rows)
-    assert all(r["pass"] for r in rows)
-    r = rows[0]
-    wrong = check.agreement_row(
-        r["name"], r["config"], 1.01 * r["predicted"], ode=r["ode"], tolerance=r["tolerance"]
-    )
-    assert not wrong["pass"]
+KEYS = {"name", "config", "kind", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass"}
 
 
-def test_cli_exit_code_and_json(monkeypatch, capsys):
-    rows = [check.agreement_row(f"r{i}", "c", 1.0, ode=1.0) for i in range(12)]
-    monkeypatch.setattr(check, "SECTIONS", (lambda quick: rows,))
+def test_row_error_is_relative_with_a_floor():
+    good = Row("x", "c", kind="prediction", predicted=2.0, ode=2.001, tolerance=1e-3)
+    assert set(good.as_dict()) == KEYS and good.passed
+    assert good.rel_error == pytest.approx(5e-4)
+    # the worse of the two measurements decides
+    assert not Row("x", "c", kind="prediction", predicted=2.0, ode=2.001, sgd=2.1,
+                   tolerance=1e-3).passed  # fmt: skip
+    # floor: |predicted| below it no longer shrinks the error (absolute for floor 1)
+    near_zero = Row("x", "c", kind="consistency", predicted=0.0, sgd=0.02, tolerance=0.03, floor=1)
+    assert near_zero.passed and near_zero.rel_error == pytest.approx(0.02)
+    exact_zero = Row("x", "c", kind="consistency", predicted=0.0, sgd=0.0, tolerance=0.0)
+    assert exact_zero.passed and exact_zero.rel_error == 0.0
+    assert not Row("x", "c", kind="consistency", predicted=0.0, sgd=1e-9, tolerance=1.0).passed
+
+
+def test_row_fails_without_a_finite_measurement_or_its_condition():
+    for measured in ({}, {"ode": math.nan}, {"sgd": math.inf}, {"ode": 1.0, "sgd": math.nan}):
+        row = Row("x", "c", kind="fit", predicted=1.0, tolerance=10.0, **measured)
+        assert not row.passed and math.isinf(row.rel_error)
+    assert not Row("x", "c", kind="fit", predicted=math.nan, ode=1.0, tolerance=10.0).passed
+    assert not Row("x", "c", kind="fit", predicted=1.0, ode=1.0, tolerance=1.0, holds=False).passed
+    with pytest.raises(ValueError, match="kind"):
+        Row("x", "c", kind="guess", predicted=1.0, ode=1.0, tolerance=1.0)
+
+
+def test_kind_counts_counts_each_kind_apart():
+    rows = [
+        Row("a", "", kind="prediction", predicted=1.0, ode=1.0, tolerance=0.0).as_dict(),
+        Row("b", "", kind="prediction", predicted=1.0, ode=2.0, tolerance=0.0).as_dict(),
+        Row("c", "", kind="fit", predicted=1.0, ode=2.0, tolerance=0.0).as_dict(),
+    ]
+    assert kind_counts(rows) == {
+        "prediction": {"rows": 2, "failing": 1},
+        "consistency": {"rows": 0, "failing": 0},
+        "fit": {"rows": 1, "failing": 1},
+    }
+
+
+def test_registry_names_are_unique_and_rows_typed():
+    names = [e.name for e in EXPERIMENTS]
+    assert len(names) == len(set(names))
+    assert all(isinstance(e, Experiment) for e in EXPERIMENTS)
+    assert set(KINDS) == {"prediction", "consistency", "fit"}
+
+
+def test_linear_growth_rows_pass_and_a_wrong_prediction_fails():
+    results, predictions, rows = evaluate(linear_growth.EXPERIMENT, BUDGETS["quick"])
+    assert len(rows) == sum(case[-1] for case in linear_growth.CASES.values())
+    assert all(r.kind == "prediction" and r.passed for r in rows)
+    assert all(r.predicted < 0 for r in rows if r.name.startswith("ce"))
+    wrong = {loss: [1.01 * x for x in rates] for loss, rates in predictions.items()}
+    assert not any(r.passed for r in linear_growth.rows(results, wrong))
+
+
+def test_threshold_row_fails_when_the_bisection_has_no_bracket():
+    # The measured bracket comes from the flow alone; where its ends do not straddle a change
+    # the row must fail, not vanish, whatever the prediction.
+    results = {"gains": [16.0], "low": [2.0], "high": [1024.0], "bracketed": [False]}
+    (row,) = threshold.rows(results, {"critical_chunks": [15.78]})
+    assert not row.passed and "no change between the ends" in row.config
+    results["bracketed"] = [True]
+    results["low"], results["high"] = [15], [16]
+    assert threshold.rows(results, {"critical_chunks": [15.78]})[0].passed
+    assert not threshold.rows(results, {"critical_chunks": [16.1]})[0].passed
+
+
+def test_phase_diagram_rows_fail_without_an_sgd_bracket():
+    results = {"sgd": [{"chunks": n, "ratio": 2.0, "support": 8} for n in (12, 24, 64)]}
+    predictions = {"escape_steps": 600, "escape_chunks": 14.6}
+    rows = phase_diagram.rows(results, predictions)
+    assert len(rows) == 2 and not any(r.passed for r in rows)
+    results["sgd"][2]["support"] = 3  # specialised at N = 64: bracket [24, 64]
+    rows = phase_diagram.rows(results, predictions)
+    assert [r.passed for r in rows] == [False, False]  # 15.8 and 14.6 both lie below 24
+    results["sgd"][1]["support"] = 4  # bracket [12, 24]
+    assert all(r.passed for r in phase_diagram.rows(results, predictions))
+
+
+def _table(rows_of):
+    return Experiment("table", lambda b: {}, lambda b, r: {}, lambda r, p: rows_of)
+
+
+def test_cli_exit_code_json_and_counts(monkeypatch, capsys):
+    rows = [Row(f"r{i}", "c", kind="prediction", predicted=1.0, ode=1.0, tolerance=0.0)
+            for i in range(3)]  # fmt: skip
+    monkeypatch.setattr(check_cli, "EXPERIMENTS", (_table(rows),))
     assert main(["check", "--quick", "--json", "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["rows"]) == 12 and all(r["pass"] is True for r in out["rows"])
-    bad = [*rows, check.agreement_row("bad", "c", 1.0, ode=2.0)]
-    monkeypatch.setattr(check, "SECTIONS", (lambda quick: bad,))
+    assert len(out["rows"]) == 3 and all(set(r) == KEYS | {"experiment"} for r in out["rows"])
+    assert out["counts"]["prediction"] == {"rows": 3, "failing": 0}
+    bad = Row("bad", "c", kind="consistency", predicted=1.0, ode=2.0, tolerance=0.0)
+    monkeypatch.setattr(check_cli, "EXPERIMENTS", (_table([*rows, bad]),))
     assert main(["check", "--quick", "--quiet"]) == 1
-    assert "FAIL" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "FAIL" in text and "3 predictions, 0 failing" in text
 
 
 @pytest.mark.slow
 def test_quick_table_end_to_end(capsys):
     code = main(["check", "--quick", "--json", "--quiet"])
     rows = json.loads(capsys.readouterr().out)["rows"]
-    assert len(rows) >= 12 and all(set(r) == KEYS for r in rows)
+    assert len(rows) >= 12 and all(set(r) == KEYS | {"experiment"} for r in rows)
     failed = [r["name"] + " " + r["config"] for r in rows if not r["pass"]]
     assert code == (1 if failed else 0)
     assert not failed, failed
-    names = " ".join(r["name"] for r in rows)
-    for topic in (
-        "growth",
-        "threshold",
-        "support",
-        "ODE vs SGD",
-        "1/d",
-        "accuracy",
-        "specialise",
-        "solver",
-        "coverage",
-        "learned gain",
-        "ce",
-        "re-entry",
-    ):
-        assert topic in names
+    assert {r["experiment"] for r in rows} == {e.name for e in EXPERIMENTS if e.figure is None}
     assert np.isfinite([r["rel_error"] for r in rows]).all()
+
+
+@pytest.mark.slow
+def test_threshold_bisection_finds_the_integer_pair_around_n_c():
+    results, predictions, rows = evaluate(threshold.EXPERIMENT, BUDGETS["quick"])
+    assert all(results["bracketed"]) and all(r.passed for r in rows)
+    for low, high, n_c in zip(
+        results["low"], results["high"], predictions["critical_chunks"], strict=True
+    ):
+        assert high == low + 1 and low < n_c < high
+
+
+def test_noise_tolerances_miss_at_the_stated_rate():
+    # Intervals of the mean of 8 normal draws miss the true mean at FALSE_ALARM; over
+    # 10,000 intervals the miss count is binomial, so 5 of its standard deviations bound it.
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(10000, 8))
+    misses = sum(abs(d.mean()) > mean_half_width(d) for d in draws)
+    expected = FALSE_ALARM * len(draws)
+    assert abs(misses - expected) < 5 * np.sqrt(expected)
+    # a known variance: 3 standard errors, the normal quantile at FALSE_ALARM
+    assert normal_half_width(0.25 / 100) == pytest.approx(3 * 0.05, rel=1e-3)
+    assert normal_half_width(0.25 / 100, comparisons=8) > normal_half_width(0.25 / 100)

@@ -1,11 +1,10 @@
-"""Smoke tests: every figure's make() draws, headless, from tiny-run results.
+"""Smoke tests: every figure draws, headless, from tiny-run results; each is attached once.
 
-The inputs in tests/data/figure_inputs.json are the results and predictions of
-`sims.experiments` at the `tiny` size (regenerate with `python tests/test_figures.py`),
-so the figures see data of exactly the shape the drivers produce.
+The inputs in tests/data/figure_inputs.json are the results and predictions of the
+experiments at the `tiny` budget (regenerate with `python tests/test_figures.py`), so the
+figures see data of exactly the shape the experiments produce.
 """
 
-import importlib
 import json
 import sys
 from pathlib import Path
@@ -13,9 +12,12 @@ from pathlib import Path
 import matplotlib
 import pytest
 
-from weakspots.sims.experiments import FIGURES
+from weakspots import figures
+from weakspots.sims import experiments
+from weakspots.sims.experiments.experiment import drawn_in_figures
 
 DATA = Path(__file__).parent / "data" / "figure_inputs.json"
+DRAWN = [e for e in figures.EXPERIMENTS if e.figure is not None]
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +25,12 @@ def inputs():
     return json.loads(DATA.read_text())
 
 
-@pytest.mark.parametrize("name", FIGURES)
-def test_figure_draws_headless(name, inputs, tmp_path):
+@pytest.mark.parametrize("experiment", DRAWN, ids=lambda e: e.name)
+def test_figure_draws_headless(experiment, inputs, tmp_path):
     assert matplotlib.get_backend().lower() == "agg"
-    module = importlib.import_module(f"weakspots.figures.{name}")
-    assert len(module.CAPTION) == 2 and all(module.CAPTION)
-    fig = module.make(inputs[name]["results"], inputs[name]["predictions"])
+    name = experiment.name
+    assert len(experiment.caption) == 2 and all(experiment.caption)
+    fig = experiment.figure(inputs[name]["results"], inputs[name]["predictions"])
     try:
         axes = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
         assert axes, "no visible axes"
@@ -41,19 +43,25 @@ def test_figure_draws_headless(name, inputs, tmp_path):
 
 
 def test_every_figure_has_inputs(inputs):
-    assert set(inputs) == set(FIGURES)
+    assert set(inputs) == {e.name for e in DRAWN}
+
+
+def test_figures_attach_to_the_experiments_sims_marks_as_drawn():
+    # sims marks an experiment as drawn (it cannot import figures); figures attaches each
+    # drawing to exactly those, once, and the registry keeps its order and members.
+    marked = {e.name for e in experiments.EXPERIMENTS if e.figure is drawn_in_figures}
+    assert {e.name for e in figures.DRAWINGS} == marked == {e.name for e in DRAWN}
+    assert [e.name for e in figures.EXPERIMENTS] == [e.name for e in experiments.EXPERIMENTS]
+    assert not any(e.figure is drawn_in_figures for e in figures.EXPERIMENTS)
+    assert len({module for module in figures.DRAWINGS.values()}) == len(figures.DRAWINGS)
 
 
 def _regenerate(store_dir="/tmp/weakspots_tiny_store"):
-    from weakspots.sims import experiments
-
-    size = experiments.SIZES["tiny"]
+    budget = experiments.BUDGETS["tiny"]
     out = {}
-    for name in FIGURES:
-        run, predict, _ = experiments.experiment(name)
-        results = run(size, store_dir)
-        predictions = predict(size, results, store_dir)
-        out[name] = experiments.plain({"results": results, "predictions": predictions})
+    for experiment in DRAWN:
+        results, predictions, _ = experiments.evaluate(experiment, budget, store_dir)
+        out[experiment.name] = {"results": results, "predictions": predictions}
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps(out, separators=(",", ":")))
 

@@ -9,7 +9,7 @@ import pytest
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
-from weakspots.sims.analysis import ablate, effect_specialization
+from weakspots.sims.interventions import ablate, effect_specialization
 from weakspots.sims.train import evaluate, train
 from weakspots.theory import interventions as theory
 

@@ -13,7 +13,7 @@ from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits, objective, phase_entropy
 from weakspots.idealized.model import init_model
 from weakspots.idealized.task import Batch, sample_batch
-from weakspots.sims.analysis import ablate, compare_mitigations
+from weakspots.sims.interventions import ablate, compare_mitigations
 from weakspots.theory import interventions as theory
 from weakspots.theory.mitigations import entropy_critical_weight
 from weakspots.theory.thresholds import growth_rate

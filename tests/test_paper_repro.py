@@ -1,8 +1,10 @@
-"""paper_repro.py end to end on one cheap figure at the tiny size: files, report, exit code, reuse."""
+"""paper_repro.py end to end on cheap experiments at the tiny budget: files, report, exit code,
+reuse, the two-process split, and the threads that train structures at once."""
 
 import csv
 import dataclasses
 import importlib.util
+import io
 import sys
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import numpy as np
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
-from weakspots.sims.experiments import _common
+from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, Experiment, Row, canonical
+from weakspots.sims.progress import Progress
 from weakspots.sims.train import train_many
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,12 +28,15 @@ def _paper_repro():
     return module
 
 
+def _rows(out: Path) -> list[dict]:
+    with open(out / "report.csv") as f:
+        return list(csv.DictReader(f))
+
+
 def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     repro = _paper_repro()
-    monkeypatch.setattr(repro, "check_rows", lambda size_name: [])  # sims.check is tested alone
     # One Monte Carlo dimension: each (N, d) compiles its own sampler, and the test needs none more.
-    tiny = dataclasses.replace(experiments.SIZES["tiny"], dims=(64,))
-    monkeypatch.setitem(experiments.SIZES, "tiny", tiny)
+    monkeypatch.setitem(BUDGETS, "tiny", dataclasses.replace(BUDGETS["tiny"], dims=(64,)))
     argv = ["--tiny", "--only", "finite_d_accuracy", "--out", str(tmp_path)]
     code = repro.main(argv)
     for ext in ("png", "pdf"):
@@ -38,9 +44,10 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     report = (tmp_path / "REPORT.md").read_text()
     assert "![finite_d_accuracy](finite_d_accuracy.png)" in report
     assert "## Provenance" in report and "wall time" in report
-    with open(tmp_path / "report.csv") as f:
-        rows = list(csv.DictReader(f))
-    assert rows and set(rows[0]) >= {"name", "predicted", "sgd", "rel_error", "tolerance", "pass"}
+    assert "| prediction | 4 |" in report  # the row counts by kind
+    rows = _rows(tmp_path)
+    assert rows and set(rows[0]) >= {"experiment", "kind", "name", "predicted", "pass"}
+    assert {r["kind"] for r in rows} == {"prediction"}
     failing = [r for r in rows if r["pass"] != "True"]
     assert code == (1 if failing else 0)
     assert ("**FAIL**" in report) == bool(failing)
@@ -52,37 +59,83 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     assert repro.main(argv) == code
     assert [p.stat().st_mtime_ns for p in stored] == mtimes
 
-    # Any failing row (here one injected as if from sims.check) makes the exit code 1.
-    bad = {"name": "x", "config": "", "predicted": 1.0, "ode": 2.0, "sgd": None,
-           "rel_error": 1.0, "tolerance": 0.1, "pass": False}  # fmt: skip
-    monkeypatch.setattr(repro, "check_rows", lambda size_name: [{"figure": "check", **bad}])
-    assert repro.main([*argv, "--check"]) == 1
+    # Any failing row (here of an experiment without a figure) makes the exit code 1.
+    bad = Experiment(
+        "always_fails",
+        lambda budget: {},
+        lambda budget, results: {},
+        lambda results, predictions: [
+            Row("x", "", kind="prediction", predicted=1.0, ode=2.0, tolerance=0.1)
+        ],
+    )
+    monkeypatch.setattr(repro, "registry", lambda: (*EXPERIMENTS, bad))
+    assert repro.main(["--tiny", "--only", "always_fails", "--out", str(tmp_path)]) == 1
     assert "**FAIL**" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_two_jobs_give_the_serial_run_numbers(tmp_path):
-    # --jobs 2 makes the figures in two processes (the two groups of paper_repro.AFFINITY)
-    # and merges them: the same rows, in FIGURES order, as one process making both.
+    # --jobs 2 makes the experiments in two processes (groups along their shared runs) and
+    # merges them: the same rows, in registry order, as one process making both.
     repro = _paper_repro()
-    names = ["growth_rate", "weak_spots"]  # one cheap figure from each group
-    assert len(repro.job_groups(names, 2)) == 2
+    names = ["growth_rate", "weak_spots"]  # one cheap experiment with SGD runs, one without
+    chosen = [e for e in EXPERIMENTS if e.name in names]
+    assert len(experiments.job_groups(chosen, BUDGETS["tiny"], 2)) == 2
     both = {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs{jobs}"
         code = repro.main(["--tiny", "--only", *names, "--out", str(out), "--jobs", str(jobs)])
-        with open(out / "report.csv") as f:
-            rows = list(csv.DictReader(f))
+        rows = _rows(out)
         failing = [r for r in rows if r["pass"] != "True"]
         assert code == (1 if failing else 0)
         report = (out / "REPORT.md").read_text()
         assert report.index("### 1. weak_spots") < report.index("### 2. growth_rate")
         assert f"with {jobs} process(es)" in report
-        assert not list(out.glob(".worker-*.json"))
+        assert not list(out.glob(".worker-*"))
         both[jobs] = rows
-    assert [r["figure"] for r in both[2]] == sorted(
-        (r["figure"] for r in both[2]), key=experiments.FIGURES.index
+    order = [e.name for e in EXPERIMENTS]
+    assert [r["experiment"] for r in both[2]] == sorted(
+        (r["experiment"] for r in both[2]), key=order.index
     )
     assert both[2] == both[1]
+
+
+def test_step_relay_counts_steps_and_marks_compiling_ones_as_warmups():
+    repro = _paper_repro()
+    stream = io.StringIO()
+    progress = Progress("paper_repro", "steps", total=4, stream=stream, in_place=False)
+    warmups = []
+    progress.update = lambda n, warmup: warmups.append(warmup)  # what the relay reports
+    relay = repro.StepRelay(progress)
+    relay({"message": "weak_spots: 40 s"})
+    relay({"done": 1, "seconds": 100.0, "compile_seconds": 60.0}, job=0)  # mostly compiling
+    relay({"done": 1, "seconds": 100.0, "compile_seconds": 70.0}, job=0)  # 10 s of 100
+    relay({"done": 1, "seconds": 10.0, "compile_seconds": 8.0}, job=1)  # its own clock
+    assert warmups == [True, False, True]
+    assert "[paper_repro] weak_spots: 40 s" in stream.getvalue()
+
+
+def test_job_groups_keep_each_experiment_with_its_closest_sharer():
+    budget = BUDGETS["quick"]
+    groups = experiments.job_groups(EXPERIMENTS, budget, 2)
+    assert len(groups) == 2
+    assert sorted(e.name for g in groups for e in g) == sorted(e.name for e in EXPERIMENTS)
+    group_of = {e.name: i for i, g in enumerate(groups) for e in g}
+    cost = experiments.training_cost
+    for a in EXPERIMENTS:  # in the group of the experiment it shares the most training with
+        shared = {
+            b.name: cost(set(a.configs(budget)) & set(b.configs(budget)))
+            for b in EXPERIMENTS
+            if b is not a
+        }
+        closest = max(shared, key=shared.get)
+        if shared[closest] > 0:
+            assert group_of[a.name] == group_of[closest], (a.name, closest)
+    # weak_spots' runs are all among support_size's; head_ablation's 2-head run is mitigations'
+    assert group_of["weak_spots"] == group_of["support_size"]
+    assert group_of["head_ablation"] == group_of["mitigations"]
+    for group in groups:  # registry order within a group
+        assert [EXPERIMENTS.index(e) for e in group] == sorted(EXPERIMENTS.index(e) for e in group)
+    assert experiments.job_groups(EXPERIMENTS, budget, 1) == [list(EXPERIMENTS)]
 
 
 def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
@@ -92,14 +145,15 @@ def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
                         eval_every=10, eval_samples=64)  # fmt: skip
     configs = [small.replace(seed=0), small.replace(seed=1, lr=0.5),
                small.replace(operator="max_pool"), small.replace(heads=2, seed=2)]  # fmt: skip
-    monkeypatch.setattr(experiments, "planned_configs", lambda name, size: configs)
-    monkeypatch.setattr(_common, "_TRAINED", {})
+    planned = Experiment(
+        "planned", lambda b: {}, lambda b, r: {}, lambda r, p: [], configs=lambda b: configs
+    )
+    monkeypatch.setattr(canonical, "_TRAINED", {})
     logged = []
-    size = experiments.SIZES["tiny"]
-    assert experiments.train_planned(["x"], size, workers=3, log=logged.append) == 4
+    assert experiments.train_planned([planned], BUDGETS["tiny"], workers=3, log=logged.append) == 4
     assert sorted(m.split(" (")[0] for m in logged) == [f"SGD structure {i}/3" for i in (1, 2, 3)]
     for config, alone in zip(configs, train_many(configs), strict=True):
-        threaded = _common._TRAINED[config]
+        threaded = canonical._TRAINED[config]
         for a, b in zip(
             jax.tree.leaves(threaded.history), jax.tree.leaves(alone.history), strict=True
         ):

@@ -9,7 +9,7 @@ from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.model import init_model
 from weakspots.idealized.task import Batch, sample_batch
-from weakspots.sims.analysis import predicted_phase_accuracy
+from weakspots.sims.interventions import predicted_phase_accuracy
 from weakspots.sims.train import train_many
 from weakspots.theory.rope import rope_attenuation_at
 

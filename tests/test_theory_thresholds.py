@@ -78,7 +78,7 @@ def test_growth_rate_figure_measures_each_mode_of_two_heads():
     # Figure 4 fits rates over a window of the flow. Fitting delta itself mixed the common
     # and differential modes and read 1-4% below lambda_differential at --full; each mode's
     # own amplitude (sims.check.mode_norms) grows at its own rate.
-    from weakspots.sims.experiments._common import random_starts
+    from weakspots.sims.experiments.canonical import random_starts
     from weakspots.sims.experiments.growth_rate import measure_growth_rate
 
     lam_c, lam_d = (float(x) for x in growth_rates(8, 64, 16.0, heads=2))

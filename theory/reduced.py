@@ -73,6 +73,15 @@ def reduced_loss(
     return data + penalty - entropy_weight * jnp.mean(entropy)
 
 
+def centred_logits(pooling_logits):
+    """P a = a - mean_phi a: the pooling logits with their mean over phases removed.
+
+    pooling_logits: (..., s), numpy or jax. Equals log alpha - mean_phi log alpha for the
+    softmax weights alpha, so it depends on the pooling weights only. Returns (..., s).
+    """
+    return pooling_logits - pooling_logits.mean(axis=-1, keepdims=True)
+
+
 def specialization_order(pooling_logits: PoolingLogits):
     """delta = |P a|_F: Frobenius norm of the per-head centred pooling logits (theory.thresholds).
 
@@ -80,5 +89,5 @@ def specialization_order(pooling_logits: PoolingLogits):
     the pooling weights only; it is the order parameter of the specialisation event.
     Returns (...,).
     """
-    centred = pooling_logits - jnp.mean(pooling_logits, axis=-1, keepdims=True)
+    centred = centred_logits(jnp.asarray(pooling_logits))
     return jnp.sqrt(jnp.sum(centred**2, axis=(-2, -1)))

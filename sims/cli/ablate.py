@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from weakspots.sims.analysis import ablate
+from weakspots.sims.interventions import ablate
 from weakspots.sims.train import train
 
 from . import common

@@ -5,29 +5,58 @@ from __future__ import annotations
 import argparse
 import time
 
-from weakspots.sims.check import agreement_rows
+from weakspots.sims.experiments import (
+    BUDGETS,
+    EXPERIMENTS,
+    evaluate,
+    kind_counts,
+    train_planned,
+)
+from weakspots.sims.progress import Progress
 
 from . import common
 
 
 def register(subparsers) -> None:
+    names = [e.name for e in EXPERIMENTS]
     parser = subparsers.add_parser(
         "check",
         help="agreement table: every prediction against the flows and SGD (exit 1 on a failure)",
-        description="One row per prediction: name, config, predicted, ODE, SGD, relative "
-        "error, tolerance, pass. Exit code 1 if any row fails.",
+        description="One row per comparison: experiment, kind (prediction, consistency, fit), "
+        "name, config, predicted, ODE, SGD, relative error, tolerance, pass. By default the "
+        "experiments without a figure (paper_repro.py draws the rest); --all adds those. "
+        "Exit code 1 if any row fails.",
     )
     parser.add_argument("--quick", action="store_true", help="fewer configs and samples")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--all", action="store_true", help="every experiment, those with a figure included"
+    )
+    which.add_argument(
+        "--only", nargs="+", metavar="NAME", choices=names, help=f"one of: {', '.join(names)}"
+    )
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    rows = agreement_rows(args.quick, progress=common.progress_enabled(args))
+    budget = BUDGETS["quick" if args.quick else "full"]
+    if args.only:
+        chosen = [e for e in EXPERIMENTS if e.name in args.only]
+    else:
+        chosen = [e for e in EXPERIMENTS if args.all or e.figure is None]
+    rows = []
+    enabled = common.progress_enabled(args)
+    with Progress("check", "experiments", total=len(chosen), enabled=enabled) as progress:
+        train_planned(chosen, budget, log=progress.write)
+        for experiment in chosen:
+            evaluation = evaluate(experiment, budget)
+            rows += [{"experiment": experiment.name, **r.as_dict()} for r in evaluation.rows]
+            progress.update(1)
     wall = time.perf_counter() - start
     if args.json:
-        common.print_json({"rows": rows, "wall_seconds": wall})
+        common.print_json({"rows": rows, "counts": kind_counts(rows), "wall_seconds": wall})
     else:
         print(text_report(rows, wall))
     return 0 if all(r["pass"] for r in rows) else 1
@@ -38,9 +67,20 @@ def _value(v):
 
 
 def text_report(rows: list[dict], wall: float) -> str:
-    headers = ["prediction", "config", "predicted", "ode", "sgd", "rel_error", "tol", "pass"]
+    headers = [
+        "kind",
+        "prediction",
+        "config",
+        "predicted",
+        "ode",
+        "sgd",
+        "rel_error",
+        "tol",
+        "pass",
+    ]
     cells = [
         [
+            r["kind"],
             r["name"],
             r["config"],
             *(_value(r[k]) for k in ("predicted", "ode", "sgd", "rel_error", "tolerance")),
@@ -48,6 +88,11 @@ def text_report(rows: list[dict], wall: float) -> str:
         ]
         for r in rows
     ]
-    failed = sum(not r["pass"] for r in rows)
     table = common.table(headers, cells, ".6g")
-    return f"{table}\n{len(rows)} rows, {failed} failed ({wall:.0f}s)"
+    by_kind = kind_counts(rows)
+    predictions = by_kind["prediction"]
+    summary = ", ".join(f"{c['rows']} {k} ({c['failing']} failing)" for k, c in by_kind.items())
+    return (
+        f"{table}\n{predictions['rows']} predictions, {predictions['failing']} failing; "
+        f"{len(rows)} rows in all: {summary} ({wall:.0f}s)"
+    )

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from weakspots.idealized.config import OPERATORS
-from weakspots.sims.analysis import (
+from weakspots.sims.interventions import (
     MITIGATIONS,
     compare_mitigations,
     compare_operators,

@@ -1,102 +1,137 @@
-"""Experiment drivers for the paper's theory figures: one `run_<name>` and `predict_<name>` each.
+"""Experiments: each a value bundling its simulations, theory's predictions and their comparison.
 
-`run_<name>(size, store_dir)` returns what the simulations measured (SGD on the finite-d
-model, the reduced flow of THEORY 5, Monte Carlo), `predict_<name>(size, results)` what
-`theory/` says about the same quantities, and `rows_<name>(results, predictions)` the
-agreement rows (the `weakspots check` format: name, config, predicted, ode, sgd,
-rel_error, tolerance, pass). Everything returned is plain JSON-able data (lists, floats,
-strings), so `figures/` only reads it and the result store (`sims.store`) keeps it:
-`cached(...)` reuses a stored result whose figure, size and driver version match.
+`EXPERIMENTS` is the one registry: `paper_repro.py` makes a figure and report rows from
+each, `weakspots check` prints their rows. An experiment lives in its own module
+`sims.experiments.<name>` as `EXPERIMENT = Experiment(name, run, predict, rows, ...)`;
+adding one is writing that module and adding it to `EXPERIMENTS`:
 
-Conventions shared by every figure: canonical physics (stride 8, 64 chunks, d = 64, gain
-16, SGD lr 2, batch 256, 600 steps, so gradient-flow time t = lr x steps = 1200); the
-order parameter delta = |log alpha - mean log alpha| (theory.specialization_order); a phase
-is covered when its pooling weight exceeds 1/(2s) (idealized.metrics.support_size).
+    results = experiment.run(budget)                    # SGD, flows, Monte Carlo
+    predictions = experiment.predict(budget, results)   # theory/ about the same quantities
+    rows = experiment.rows(results, predictions)        # list[Row]
 
-One module per figure (`sims.experiments.<name>`); the plumbing they share is in
-`_common`. Every prediction comes from `theory/`; the drivers only run and compare.
+or all three at once, memoised in a result store: `evaluate(experiment, budget, store_dir)`.
+
+Conventions shared by every experiment: canonical physics (`canonical`: stride 8, 64
+chunks, d = 64, gain 16, SGD lr 2, batch 256, 600 steps, so gradient-flow time
+t = lr x steps = 1200); the order parameter delta = |log alpha - mean log alpha|
+(`sims.check.order_parameter`); a phase is covered when its pooling weight exceeds
+1/(2s) (idealized.metrics.support_size). Every prediction comes from `theory/`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import importlib
 import time
+from collections.abc import Callable, Sequence
 
-from weakspots.sims.experiments._common import (
-    FIGURES,
-    SIZES,
-    VERSIONS,
-    Size,
-    cached,
-    plain,
-    row,
+from weakspots.sims.experiments import (
+    accuracy_formula,
+    finite_d_accuracy,
+    finite_d_limit,
+    growth_rate,
+    head_ablation,
+    head_coverage,
+    learned_gain,
+    learned_gain_end_state,
+    linear_growth,
+    mitigations,
+    operators,
+    phase_diagram,
+    pooling_dynamics,
+    reentry,
+    rope_anchoring,
+    sgd_follows_flow,
+    solver,
+    specialization_time,
+    support_from_starts,
+    support_size,
+    threshold,
+    time_to_specialise,
+    weak_spots,
+)
+from weakspots.sims.experiments.canonical import train
+from weakspots.sims.experiments.experiment import (
+    BUDGETS,
+    KINDS,
+    Budget,
+    Evaluation,
+    Experiment,
+    Row,
+    evaluate,
+    jsonable,
+    kind_counts,
     stored,
-    train,
 )
 
 __all__ = [
-    "FIGURES",
-    "SIZES",
-    "VERSIONS",
-    "Size",
-    "agreement_rows",
-    "cached",
-    "experiment",
-    "plain",
-    "row",
-    "planned_configs",
+    "BUDGETS",
+    "EXPERIMENTS",
+    "KINDS",
+    "Budget",
+    "Evaluation",
+    "Experiment",
+    "Row",
+    "evaluate",
+    "job_groups",
+    "jsonable",
+    "kind_counts",
     "train_planned",
 ]
 
+EXPERIMENTS: tuple[Experiment, ...] = (
+    # drawn by figures/ (figures.EXPERIMENTS attaches each figure)
+    weak_spots.EXPERIMENT,
+    pooling_dynamics.EXPERIMENT,
+    phase_diagram.EXPERIMENT,
+    growth_rate.EXPERIMENT,
+    specialization_time.EXPERIMENT,
+    support_size.EXPERIMENT,
+    head_ablation.EXPERIMENT,
+    operators.EXPERIMENT,
+    rope_anchoring.EXPERIMENT,
+    mitigations.EXPERIMENT,
+    finite_d_accuracy.EXPERIMENT,
+    learned_gain.EXPERIMENT,
+    # tables only
+    linear_growth.EXPERIMENT,
+    threshold.EXPERIMENT,
+    support_from_starts.EXPERIMENT,
+    time_to_specialise.EXPERIMENT,
+    solver.EXPERIMENT,
+    accuracy_formula.EXPERIMENT,
+    head_coverage.EXPERIMENT,
+    learned_gain_end_state.EXPERIMENT,
+    reentry.EXPERIMENT,
+    sgd_follows_flow.EXPERIMENT,
+    finite_d_limit.EXPERIMENT,
+)
 
-def _module(name: str):
-    """The module `sims.experiments.<name>` of figure `name`."""
-    if name not in FIGURES:
-        raise KeyError(f"unknown figure {name!r}; one of {', '.join(FIGURES)}")
-    return importlib.import_module(f"weakspots.sims.experiments.{name}")
 
+def train_planned(
+    experiments: Sequence[Experiment],
+    budget: Budget,
+    store_dir=None,
+    log: Callable[[str], None] | None = None,
+    workers: int = 1,
+) -> int:
+    """Train, together, every SGD run the `experiments` will ask for and have not stored.
 
-def experiment(name: str):
-    """(run, predict, rows) of figure `name`, from its module `sims.experiments.<name>`."""
-    module = _module(name)
-    return (
-        getattr(module, f"run_{name}"),
-        getattr(module, f"predict_{name}"),
-        getattr(module, f"rows_{name}"),
-    )
-
-
-def agreement_rows(name: str, results: dict, predictions: dict) -> list[dict]:
-    """The agreement rows of one figure's runs (the `weakspots check` row format)."""
-    return experiment(name)[2](results, predictions)
-
-
-def planned_configs(name: str, size: Size) -> list:
-    """The SGD runs figure `name` trains at `size` (its module's `configs_<name>`; [] if none)."""
-    configs = getattr(_module(name), f"configs_{name}", None)
-    return [] if configs is None else list(configs(size))
-
-
-def train_planned(names, size: Size, store_dir=None, log=None, workers: int = 1) -> int:
-    """Train, together, every run the figures `names` will ask for and have not stored.
-
-    Runs that share `TrainConfig.static` then share one compiled program across figures
-    (weak_spots, phase_diagram, specialization_time and support_size all train the
-    canonical structure); the figures find them in the in-process memo. `log(message)`
-    hears of each finished structure. Returns the number of distinct runs trained.
+    Runs that share `TrainConfig.static` then share one compiled program across
+    experiments; the experiments find them in the in-process memo (`canonical.train`).
+    `log(message)` hears of each finished structure. Returns the number of distinct runs
+    trained.
 
     With `workers > 1`, that many structures train at once in threads, the costliest
-    first (`_work`): XLA:CPU runs a training program on about one core, and jax releases
-    the GIL while it runs. Each structure's runs are batched as with one worker, so every
-    number is the same, bit for bit.
+    first (`training_cost`): XLA:CPU runs a training program on about one core, and jax
+    releases the GIL while it runs. Each structure's runs are batched as with one worker,
+    so every number is the same, bit for bit.
     """
     configs = [
         c
-        for name in names
-        if not stored(store_dir, "run", name, size)
-        for c in planned_configs(name, size)
+        for experiment in experiments
+        if not stored(store_dir, "run", experiment, budget)
+        for c in experiment.configs(budget)
     ]
     groups: dict = {}
     for config in dict.fromkeys(configs):
@@ -108,7 +143,7 @@ def train_planned(names, size: Size, store_dir=None, log=None, workers: int = 1)
         train(members)
         if log is not None:
             log(
-                f"SGD structure {next(finished)}/{len(groups)} ({_describe(static)}): "
+                f"SGD structure {next(finished)}/{len(groups)} ({changed_fields(static)}): "
                 f"{len(members)} run(s), {time.perf_counter() - start:.0f} s so far"
             )
 
@@ -116,32 +151,34 @@ def train_planned(names, size: Size, store_dir=None, log=None, workers: int = 1)
         for static, members in groups.items():
             train_structure(static, members)
     else:
-        costliest = sorted(groups.items(), key=lambda item: -_work(item[0], len(item[1])))
+        costliest = sorted(groups.items(), key=lambda item: -training_cost(item[1]))
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             for done in [pool.submit(train_structure, *item) for item in costliest]:
                 done.result()  # re-raises a structure's error
     return sum(len(m) for m in groups.values())
 
 
-def _work(config, runs: int) -> float:
-    """A rough cost of training `runs` runs of `config`, for ordering structures only.
+def training_cost(configs) -> float:
+    """A rough cost of training `configs`, for ordering and balancing work only.
 
     Numbers sampled per run: every training step and held-out needle draws `chunks *
     stride` inner products per head, or with real keys (`not uses_gram`) `dim` numbers
     each, which `dim x dim` projections then map: two for `deepseek_v4` (values and gate),
-    one otherwise. At --full deepseek_v4 is the costliest structure (1800 s alone against
-    max_pool's 945 and low_rank's 355); at equal estimates it started last, on one core.
+    one otherwise.
     """
-    evaluations = config.eval_times + 1  # the initial state's included
-    needles = config.steps * config.batch + evaluations * config.stride * config.eval_samples
-    per_needle = config.chunks * config.stride * config.heads
-    if not config.uses_gram:
-        projections = 2 if config.operator == "deepseek_v4" else 1
-        per_needle *= projections * config.dim * config.dim
-    return float(runs * needles * per_needle)
+    total = 0.0
+    for config in configs:
+        evaluations = config.eval_times + 1  # the initial state's included
+        needles = config.steps * config.batch + evaluations * config.stride * config.eval_samples
+        per_needle = config.chunks * config.stride * config.heads
+        if not config.uses_gram:
+            projections = 2 if config.operator == "deepseek_v4" else 1
+            per_needle *= projections * config.dim * config.dim
+        total += float(needles * per_needle)
+    return total
 
 
-def _describe(config) -> str:
+def changed_fields(config) -> str:
     """The fields of a static config that differ from the canonical one (or 'canonical')."""
     canonical = type(config)()
     changed = [
@@ -151,3 +188,50 @@ def _describe(config) -> str:
         and f.name not in ("steps", "eval_every", "eval_samples")
     ]
     return ", ".join(changed) or "canonical"
+
+
+def job_groups(
+    experiments: Sequence[Experiment], budget: Budget, jobs: int
+) -> list[list[Experiment]]:
+    """`experiments` split into at most `jobs` groups, to be made in as many processes.
+
+    Each experiment stays in one group with the experiment it shares the most SGD training
+    with (`Experiment.configs`, weighed by `training_cost`), so a run is trained twice
+    only where an experiment shares it with more than one group. The groups so linked
+    are then dealt out costliest first to the least loaded job; a group costs the training
+    of its runs plus, for each experiment, the mean training per experiment (a stand-in
+    for its own flows, Monte Carlo and predictions, not known in advance). Within a job
+    the registry's order is kept.
+    """
+    if jobs <= 1:
+        return [list(experiments)]
+    runs = [set(e.configs(budget)) for e in experiments]
+    parent = list(range(len(experiments)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(experiments)):
+        shared = [(training_cost(runs[i] & runs[j]), -j) for j in range(len(runs)) if j != i]
+        most, j = max(shared, default=(0.0, 0))
+        if most > 0.0:
+            parent[root(i)] = root(-j)
+    linked: dict[int, list[int]] = {}
+    for i in range(len(experiments)):
+        linked.setdefault(root(i), []).append(i)
+
+    own = training_cost(set().union(*runs)) / len(experiments) or 1.0
+
+    def cost(members):
+        return training_cost(set().union(*(runs[i] for i in members))) + own * len(members)
+
+    loads = [0.0] * jobs
+    assigned: list[list[int]] = [[] for _ in range(jobs)]
+    for members in sorted(linked.values(), key=lambda m: (-cost(m), m[0])):
+        j = loads.index(min(loads))
+        assigned[j] += members
+        loads[j] += cost(members)
+    return [[experiments[i] for i in sorted(members)] for members in assigned if members]

@@ -1,4 +1,4 @@
-"""Figure 11, finite-d accuracy: simulations (`run`), theory (`predict`), agreement rows (`rows`)."""
+"""Finite-d accuracy: the chi-conditioned formula against Monte Carlo of fixed pooling weights."""
 
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from weakspots import theory
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
-from weakspots.sims.experiments._common import GAIN, STRIDE, Size, cached, correct_at_phase, row
+from weakspots.sims.experiments.canonical import GAIN, STRIDE, correct_at_phase
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.train import DTYPE
 
 
 def finite_d_cases() -> list[dict]:
-    """Pooling weights whose accuracy figure 11 checks: uniform (N = 12, 64) and the 3-phase state."""
+    """Pooling weights whose accuracy is checked: uniform (N = 12, 64) and the 3-phase state."""
     three = theory.support_weights(STRIDE, 3)
     three = np.where(three > 0, three, 1e-3)
     return [
@@ -61,27 +62,23 @@ def monte_carlo_accuracy(weights, chunks, dim, phase, samples, seed=0) -> float:
     return float(np.mean(np.asarray(ok)))
 
 
-def run_finite_d_accuracy(size: Size, store_dir=None) -> dict:
+def run(budget: Budget) -> dict:
     """Monte Carlo accuracy of fixed pooling weights at several d (inner-product sampler)."""
-
-    def compute():
-        out = []
-        for case in finite_d_cases():
-            acc = [
-                monte_carlo_accuracy(
-                    case["weights"], case["chunks"], d, case["phase"], size.mc_samples
-                )
-                for d in size.dims
-            ]
-            out.append({**case, "dims": list(size.dims), "accuracy": acc})
-        return {"cases": out, "samples": size.mc_samples}
-
-    return cached(store_dir, "run", "finite_d_accuracy", size, compute)
+    out = []
+    for case in finite_d_cases():
+        acc = [
+            monte_carlo_accuracy(
+                case["weights"], case["chunks"], d, case["phase"], budget.mc_samples
+            )
+            for d in budget.dims
+        ]
+        out.append({**case, "dims": list(budget.dims), "accuracy": acc})
+    return {"cases": out, "samples": budget.mc_samples}
 
 
-def predict_finite_d_accuracy(size: Size, results: dict, store_dir=None) -> dict:
-    """Exact chi-conditioned formula (THEORY 6.12) and THEORY 7's Gaussian approximation."""
-    del size, store_dir
+def predict(budget: Budget, results: dict) -> dict:
+    """Exact chi-conditioned formula (docs/theory.md §6.12) and §7.3's Gaussian approximation."""
+    del budget
     dims = np.unique(np.round(np.geomspace(8, 2048, 40)).astype(int))
     out = []
     for case in results["cases"]:
@@ -97,21 +94,28 @@ def predict_finite_d_accuracy(size: Size, results: dict, store_dir=None) -> dict
     return {"cases": out}
 
 
-def rows_finite_d_accuracy(results: dict, predictions: dict) -> list[dict]:
-    """Tolerance: 3 Monte Carlo standard errors (plus 0.5 points), relative to the prediction."""
-    rows = []
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """The formula (a prediction) against Monte Carlo, at 3 binomial standard errors of the
+    Monte Carlo plus 0.5 points, relative to the prediction. The 0.5 points are a fixed
+    allowance far above the quadrature's own error; the variance is floored at 1e-4 so an
+    accuracy of 0 or 1 still has an interval."""
+    out = []
     n = results["samples"]
     for case, pred in zip(results["cases"], predictions["cases"], strict=True):
         for d, mc, p in zip(case["dims"], case["accuracy"], pred["at_runs"], strict=True):
             se = math.sqrt(max(p * (1 - p), 1e-4) / n)
-            rows.append(
-                row(
+            out.append(
+                Row(
                     "finite-d accuracy (exact formula vs Monte Carlo)",
                     f"{case['label']} d={d}",
-                    p,
+                    kind="prediction",
+                    predicted=p,
                     sgd=mc,
                     tolerance=(3 * se + 0.005) / max(p, 0.05),
                     floor=0.05,
                 )
             )
-    return rows
+    return out
+
+
+EXPERIMENT = Experiment("finite_d_accuracy", run, predict, rows, figure=drawn_in_figures)

@@ -1,136 +1,143 @@
-"""Figure 3, phase diagram: simulations (`run`), theory (`predict`), agreement rows (`rows`)."""
+"""Phase diagram: specialisation of the reduced flow over (N, gain/stride), SGD points on top."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import specialization_index, support_size
-from weakspots.sims.experiments._common import (
+from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
-    Size,
     base_config,
-    cached,
-    flow,
+    base_flow,
     random_starts,
-    row,
+    solve_from,
     train,
 )
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.uniform_state import uniform_escape
 
 
-def configs_phase_diagram(size: Size) -> list[TrainConfig]:
-    """The SGD points: N across size.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
-    points = [(n, GAIN) for n in size.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
-    return [base_config(size, chunks=n, gain=g) for n, g in points]
+def configs(budget: Budget) -> list[TrainConfig]:
+    """The SGD points: N across budget.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
+    points = [(n, GAIN) for n in budget.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
+    return [base_config(budget, chunks=n, gain=g) for n, g in points]
 
 
-def run_phase_diagram(size: Size, store_dir=None) -> dict:
-    """Specialisation index of the reduced flow at t = 1200 over (N, gain/stride); SGD points on top."""
-
-    def compute():
-        chunks = np.unique(np.round(np.geomspace(4, 512, size.grid)).astype(int))
-        ratios = np.linspace(1.0, 5.0, size.grid)
-        nn, rr = np.meshgrid(chunks, ratios, indexing="ij")
-        t_end = float(size.steps * 2.0)
-        starts = random_starts(nn.size, 1, STRIDE, 0.01, seed=3)
-        ode = flow(
-            stride=STRIDE,
-            starts=starts,
-            chunks=nn.ravel(),
-            gain=STRIDE * rr.ravel(),
-            ts=np.linspace(0.0, t_end, 3),
+def run(budget: Budget) -> dict:
+    """Specialisation index of the reduced flow at t = 1200 over (N, gain/stride), and SGD's."""
+    chunks = np.unique(np.round(np.geomspace(4, 512, budget.grid)).astype(int))
+    ratios = np.linspace(1.0, 5.0, budget.grid)
+    nn, rr = np.meshgrid(chunks, ratios, indexing="ij")
+    t_end = float(budget.steps * 2.0)
+    starts = random_starts(nn.size, 1, STRIDE, 0.01, seed=3)
+    ts = np.linspace(0.0, t_end, 3)
+    configs_ode = [
+        base_flow(ts, chunks=int(n), gain=float(STRIDE * r))
+        for n, r in zip(nn.ravel(), rr.ravel(), strict=True)
+    ]
+    ode = solve_from(configs_ode, starts, ts)
+    index = specialization_index(ode.pooling_weights[:, -1, 0]).reshape(nn.shape)
+    sgd_configs = configs(budget)
+    sgd = []
+    for c, r in zip(sgd_configs, train(sgd_configs), strict=True):
+        w = np.asarray(r.model.pooling_weights(), float)
+        sgd.append(
+            {
+                "chunks": c.chunks,
+                "ratio": c.gain / c.stride,
+                "index": float(specialization_index(w)[0]),
+                "support": int(support_size(w)[0]),
+            }
         )
-        index = specialization_index(ode["pooling_weights"][:, -1, 0]).reshape(nn.shape)
-        configs = configs_phase_diagram(size)
-        sgd = []
-        for c, r in zip(configs, train(configs), strict=True):
-            w = np.asarray(r.model.pooling_weights(), float)
-            sgd.append(
-                {
-                    "chunks": c.chunks,
-                    "ratio": c.gain / c.stride,
-                    "index": float(specialization_index(w)[0]),
-                    "support": int(support_size(w)[0]),
-                }
-            )
-        return {
-            "chunks": chunks,
-            "ratios": ratios,
-            "index": index,
-            "t_end": t_end,
-            "sgd": sgd,
-        }
-
-    return cached(store_dir, "run", "phase_diagram", size, compute)
+    return {"chunks": chunks, "ratios": ratios, "index": index, "t_end": t_end, "sgd": sgd}
 
 
-def predict_phase_diagram(size: Size, results: dict, store_dir=None) -> dict:
-    """The critical curve N_c = 1 + 2 exp(gain/stride) (THEORY 6.3), N_c(d) at the SGD runs'
-    d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), and the N past
-    which a run leaves uniform pooling within its budget (`escape_chunks`)."""
-    del store_dir
+def predict(budget: Budget, results: dict) -> dict:
+    """The critical curve N_c = 1 + 2 exp(gain/stride) (docs/theory.md §6.3), N_c(d) at the
+    SGD runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), and
+    the N past which a run leaves uniform pooling within its budget (`escape_chunks`)."""
     ratios = np.linspace(min(results["ratios"]), max(results["ratios"]), 200)
     return {
         "ratios": ratios.tolist(),
         "critical_chunks": (1 + 2 * np.exp(ratios)).tolist(),
         "critical_chunks_finite_d": theory.critical_chunks_finite_d(GAIN, STRIDE, DIM),
-        **escape_chunks(size),
+        **escape_chunks(budget),
     }
 
 
-def escape_chunks(size: Size) -> dict:
-    """N at which half the SGD runs (lr 2, this size's steps) leave uniform pooling, at gain 16.
+def escape_chunks(budget: Budget) -> dict:
+    """N at which half the SGD runs (lr 2, this budget's steps) leave uniform pooling, at gain 16.
 
-    Below N_c(d = 64) = 18.4 uniform pooling is linearly stable under the finite-d loss, but
-    past N_c(d = inf) = 15.8 it is only metastable, and SGD's noise carries runs over the
-    saddle: P(escape) of the SGD recursion on L_d (theory.escape_fraction_discrete, as in
-    figure 6) at integer N from 12 up, interpolated linearly in N where it crosses 1/2.
-    Measured at --full: 0.02, 0.07, 0.22, 0.66, 0.99 at N = 12..16, so 14.6, where the SGD
-    bracket is [12, 16] and N_c(d = 64) lies outside it.
+    Below N_c(d = 64) uniform pooling is linearly stable under the finite-d loss, but past
+    N_c(d = inf) it is only metastable, and SGD's noise carries runs over the saddle:
+    P(escape) of the SGD recursion on L_d (uniform_state.uniform_escape) at integer N from
+    12 up, interpolated linearly in N where it crosses 1/2. Without a crossing below
+    N_c(d = 64), `escape_chunks` is nan.
     """
-    from weakspots.sims.experiments.support_size import uniform_escape
-
     chunks, p_escape = [], []
     for n in range(12, int(np.ceil(theory.critical_chunks_finite_d(GAIN, STRIDE, DIM)))):
         chunks.append(n)
-        p_escape.append(float(uniform_escape(size, STRIDE, n)["p_escape"]))
+        p_escape.append(float(uniform_escape(budget, STRIDE, n)["p_escape"]))
         if p_escape[-1] > 0.5:
             break
-    out = {"escape_scan_chunks": chunks, "escape_scan_p": p_escape, "escape_steps": size.steps}
+    out = {"escape_scan_chunks": chunks, "escape_scan_p": p_escape, "escape_steps": budget.steps}
+    out["escape_chunks"] = math.nan
     if len(p_escape) > 1 and p_escape[-2] <= 0.5 < p_escape[-1]:
         f = (0.5 - p_escape[-2]) / (p_escape[-1] - p_escape[-2])
         out["escape_chunks"] = chunks[-2] + f
     return out
 
 
-def rows_phase_diagram(results: dict, predictions: dict) -> list[dict]:
-    """SGD bracket of N_c at gain 16: largest N that stays uniform, smallest that specialises,
-    against N_c at d = inf and the N past which most runs escape uniform pooling
-    (`escape_chunks`). N_c(d = 64) of the finite-d loss (18.4) is not a row: runs leave the
-    metastable uniform state before it (at --full, N = 16 specialised, P(escape) 0.99)."""
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """SGD bracket of the threshold at gain 16 (largest N that stays uniform, smallest that
+    specialises) against N_c at d = inf (prediction) and the N past which most runs escape
+    uniform pooling (consistency: it simulates the SGD recursion on L_d). N_c(d = 64) of
+    the finite-d loss is not a row: runs leave the metastable uniform state before it.
+    Without a bracket (every point uniform, or every one specialised) both rows fail."""
     at_gain = [p for p in results["sgd"] if abs(p["ratio"] - GAIN / STRIDE) < 1e-9]
     uniform = [p["chunks"] for p in at_gain if p["support"] == STRIDE]
     special = [p["chunks"] for p in at_gain if p["support"] < STRIDE]
+    steps = predictions["escape_steps"]
+    escape_name = f"N with P(escape) = 1/2 (L_d recursion at d={DIM}, {steps} steps)"
+    predicted = [
+        ("N_c", "prediction", float(theory.critical_chunks(GAIN, STRIDE))),
+        (escape_name, "consistency", float(predictions["escape_chunks"])),
+    ]
     if not uniform or not special:
-        return []
+        sgd_chunks = sorted(p["chunks"] for p in at_gain)
+        return [
+            Row(
+                f"{name} inside the SGD bracket (none: SGD at N {sgd_chunks})",
+                f"s=8 gain=16 d={DIM}; no bracket, so the row fails",
+                kind=kind,
+                predicted=value,
+                sgd=math.nan,  # nothing to compare: the row fails
+                tolerance=0.0,
+            )
+            for name, kind, value in predicted
+        ]
     lo, hi = max(uniform), min(special)
     mid, half = 0.5 * (lo + hi), 0.5 * abs(hi - lo)
-    predicted = {"N_c": float(theory.critical_chunks(GAIN, STRIDE))}
-    if "escape_chunks" in predictions:  # past N_c(d) SGD would also leave; it does sooner
-        steps = predictions["escape_steps"]
-        name = f"N with P(escape) = 1/2 (L_d recursion at d={DIM}, {steps} steps)"
-        predicted[name] = float(predictions["escape_chunks"])
     return [
-        row(
+        Row(
             f"{name} inside the SGD bracket [{lo}, {hi}]",
             f"s=8 gain=16 d={DIM}; sgd = bracket midpoint, tolerance = half-width",
-            value,
+            kind=kind,
+            predicted=value,
             sgd=mid,
-            tolerance=half / value if hi > lo else 0.0,
+            tolerance=half / value if hi > lo else 0.0,  # the SGD grid's resolution
         )
-        for name, value in predicted.items()
+        for name, kind, value in predicted
     ]
+
+
+EXPERIMENT = Experiment(
+    "phase_diagram", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+)

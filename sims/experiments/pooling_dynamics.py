@@ -1,4 +1,4 @@
-"""Figure 2, pooling dynamics: simulations (`run`), theory (`predict`), agreement rows (`rows`)."""
+"""Pooling dynamics: SGD's pooling weights against the reduced flow from each run's own start."""
 
 from __future__ import annotations
 
@@ -7,110 +7,102 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
-from weakspots.sims.experiments._common import (
+from weakspots.idealized.model import initial_pooling_logits
+from weakspots.sims.check import most_common
+from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
-    Size,
-    _mode,
     base_config,
-    cached,
-    flow,
-    row,
-    sgd_start,
-    support_prediction,
+    base_flow,
+    solve_from,
     train,
 )
-from weakspots.sims.flow import reduced_flow
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.uniform_state import predicted_support
 
 POOLING_INIT = 0.3
 
 
-def configs_pooling_dynamics(size: Size) -> list[TrainConfig]:
-    """SGD at d = 64 and d = 1024 from init scale 0.3, size.seeds seeds each."""
+def configs(budget: Budget) -> list[TrainConfig]:
+    """SGD at d = 64 and d = 1024 from init scale 0.3, budget.seeds seeds each."""
     return [
-        base_config(size, dim=d, seed=s, init_scale=POOLING_INIT)
+        base_config(budget, dim=d, seed=s, init_scale=POOLING_INIT)
         for d in (DIM, 1024)
-        for s in range(size.seeds)
+        for s in range(budget.seeds)
     ]
 
 
-def run_pooling_dynamics(size: Size, store_dir=None) -> dict:
+def run(budget: Budget) -> dict:
     """SGD pooling weights at d = 64 and d = 1024, and from each run's own start the reduced
-    (d = inf) flow and the finite-d corrected flow (sims.flow.reduced_flow(dim=d))."""
-
-    def compute():
-        # Init scale 0.3 (THEORY 6.10): the start, not early SGD noise, then picks the support,
-        # so SGD and the flow from the same start can be compared phase by phase.
-        configs = configs_pooling_dynamics(size)
-        results = train(configs)
-        starts = np.stack([sgd_start(c) for c in configs])
-        times = np.asarray(results[0].history.times, float)
-        ode = flow(stride=STRIDE, starts=starts, chunks=CHUNKS, gain=GAIN, ts=times)
-        # The finite-d corrected flow (theory.finite_d_loss at each run's d), same starts.
-        corrected = reduced_flow(
-            stride=STRIDE,
-            chunks=float(CHUNKS),
-            gain=GAIN,
-            init_pooling_logits=starts,
-            ts=times,
-            dim=np.asarray([c.dim for c in configs], float),
-            rtol=1e-7,
-            atol=1e-9,
-            event_level=None,  # only the weights are kept: no specialisation-event solve
+    (d = inf) flow and the finite-d corrected flow (the flow of L_d, `FlowConfig.dim`)."""
+    # Init scale 0.3 (docs/theory.md §6.10): the start, not early SGD noise, picks the support,
+    # so SGD and the flow from the same start can be compared phase by phase.
+    runs_configs = configs(budget)
+    results = train(runs_configs)
+    starts = [
+        np.asarray(initial_pooling_logits(c.seed, c.heads, c.stride, c.init_scale), float)
+        for c in runs_configs
+    ]
+    times = np.asarray(results[0].history.times, float)
+    ode = solve_from([base_flow(times)] * len(starts), starts, times)
+    # The finite-d corrected flow (theory.finite_d_loss at each run's d), same starts.
+    corrected = solve_from([base_flow(times, dim=c.dim) for c in runs_configs], starts, times)
+    corrected_weights = np.asarray(corrected.pooling_weights, float)
+    runs = []
+    for i, (c, r) in enumerate(zip(runs_configs, results, strict=True)):
+        sgd = np.asarray(r.history.pooling_weights, float)[:, 0]
+        runs.append(
+            {
+                "dim": c.dim,
+                "seed": c.seed,
+                "sgd": sgd,
+                "ode": ode.pooling_weights[i][:, 0],
+                "corrected": corrected_weights[i][:, 0],
+            }
         )
-        corrected_weights = np.asarray(corrected.pooling_weights, float)
-        runs = []
-        for i, (c, r) in enumerate(zip(configs, results, strict=True)):
-            sgd = np.asarray(r.history.pooling_weights, float)[:, 0]
-            runs.append(
-                {
-                    "dim": c.dim,
-                    "seed": c.seed,
-                    "sgd": sgd,
-                    "ode": ode["pooling_weights"][i][:, 0],
-                    "corrected": corrected_weights[i][:, 0],
-                }
-            )
-        return {"times": times, "runs": runs, "init_scale": POOLING_INIT}
-
-    return cached(store_dir, "run", "pooling_dynamics", size, compute)
+    return {"times": times, "runs": runs, "init_scale": POOLING_INIT}
 
 
-def predict_pooling_dynamics(size: Size, results: dict, store_dir=None) -> dict:
-    """Uniform pooling 1/s, the growth rate, and the predicted final support size."""
-
-    def compute():
-        sizes, probs, admissible = support_prediction(STRIDE, CHUNKS, GAIN, size.support_samples)
-        return {
-            "uniform": 1.0 / STRIDE,
-            "growth_rate": float(theory.growth_rate(STRIDE, CHUNKS, GAIN)),
-            "support_sizes": sizes,
-            "support_probabilities": probs,
-            "admissible": admissible,
-        }
-
-    return cached(store_dir, "predict", "pooling_dynamics", size, compute)
+def predict(budget: Budget, results: dict) -> dict:
+    """Uniform pooling 1/s, the growth rate, and the flow's support-size distribution."""
+    del results
+    sizes, probs, admissible = predicted_support(STRIDE, CHUNKS, GAIN, budget.support_samples)
+    return {
+        "uniform": 1.0 / STRIDE,
+        "growth_rate": float(theory.growth_rate(STRIDE, CHUNKS, GAIN)),
+        "support_sizes": sizes,
+        "support_probabilities": probs,
+        "admissible": admissible,
+    }
 
 
-def rows_pooling_dynamics(results: dict, predictions: dict) -> list[dict]:
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """The most probable support size: of the flow from sampled starts, against the flow from
+    the SGD starts and SGD (consistency: the prediction integrates the same flow)."""
     k_pred = float(
         predictions["support_sizes"][int(np.argmax(predictions["support_probabilities"]))]
     )
-    rows = []
+    out = []
     for dim in sorted({r["dim"] for r in results["runs"]}):
         runs = [r for r in results["runs"] if r["dim"] == dim]
-        ode_k = _mode([support_size(np.asarray(r["ode"])[-1:]).item() for r in runs])
-        sgd_k = _mode([support_size(np.asarray(r["sgd"])[-1:]).item() for r in runs])
-        rows.append(
-            row(
+        ode_k = most_common([support_size(np.asarray(r["ode"])[-1:]).item() for r in runs])
+        sgd_k = most_common([support_size(np.asarray(r["sgd"])[-1:]).item() for r in runs])
+        out.append(
+            Row(
                 "support size k (most probable)",
                 f"s=8 N=64 gain=16 d={dim}, flow from the SGD starts",
-                k_pred,
+                kind="consistency",
+                predicted=k_pred,
                 ode=ode_k,
                 sgd=sgd_k,
-                tolerance=0.0,
+                tolerance=0.0,  # an integer: the same k or not
             )
         )
-    return rows
+    return out
+
+
+EXPERIMENT = Experiment(
+    "pooling_dynamics", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+)

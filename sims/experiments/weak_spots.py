@@ -1,4 +1,4 @@
-"""Figure 1, weak spots: simulations (`run`), theory (`predict`), agreement rows (`rows`)."""
+"""Weak spots: accuracy against needle position of SGD past and below the threshold N_c."""
 
 from __future__ import annotations
 
@@ -8,18 +8,16 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments._common import (
+from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
-    Size,
     base_config,
-    cached,
     correct_at_phase,
-    row,
     train,
 )
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 
 
 def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed=2024):
@@ -40,39 +38,34 @@ def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed
     return hits, counts
 
 
-def configs_weak_spots(size: Size) -> list[TrainConfig]:
+def configs(budget: Budget) -> list[TrainConfig]:
     """SGD at N = 64 (past N_c) and N = 12 (below), seed 0."""
-    return [base_config(size, chunks=n) for n in (CHUNKS, 12)]
+    return [base_config(budget, chunks=n) for n in (CHUNKS, 12)]
 
 
-def run_weak_spots(size: Size, store_dir=None) -> dict:
+def run(budget: Budget) -> dict:
     """SGD at N = 64 (past N_c) and N = 12 (below): accuracy by needle position over 4 chunks."""
-
-    def compute():
-        out = {"shown_chunks": 4, "runs": []}
-        results = train(configs_weak_spots(size))
-        for r in results:
-            hits, counts = position_accuracy(r.config, r.model, size.position_samples, 4)
-            summary = r.summary()
-            out["runs"].append(
-                {
-                    "chunks": r.config.chunks,
-                    "hits": hits,
-                    "counts": counts,
-                    "phase_accuracy": summary["phase_accuracy"],
-                    "eval_samples": r.config.eval_samples,
-                    "pooling_weights": summary["pooling_weights"],
-                    "mean_accuracy": summary["mean_accuracy"],
-                }
-            )
-        return out
-
-    return cached(store_dir, "run", "weak_spots", size, compute)
+    out = {"shown_chunks": 4, "runs": []}
+    for r in train(configs(budget)):
+        hits, counts = position_accuracy(r.config, r.model, budget.position_samples, 4)
+        summary = r.summary()
+        out["runs"].append(
+            {
+                "chunks": r.config.chunks,
+                "hits": hits,
+                "counts": counts,
+                "phase_accuracy": summary["phase_accuracy"],
+                "eval_samples": r.config.eval_samples,
+                "pooling_weights": summary["pooling_weights"],
+                "mean_accuracy": summary["mean_accuracy"],
+            }
+        )
+    return out
 
 
-def predict_weak_spots(size: Size, results: dict, store_dir=None) -> dict:
+def predict(budget: Budget, results: dict) -> dict:
     """Exact finite-d accuracy (theory.phase_accuracy) of each run's learned pooling weights."""
-    del size, store_dir
+    del budget
     return {
         "runs": [
             {
@@ -102,19 +95,24 @@ def held_out_tolerance(accuracy, eval_samples) -> float:
     return spread["delta_max_interval"][1]
 
 
-def rows_weak_spots(results: dict, predictions: dict) -> list[dict]:
-    rows = []
-    for run, pred in zip(results["runs"], predictions["runs"], strict=True):
-        measured = np.asarray(run["phase_accuracy"])
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """delta_max of the formula on each run's learned weights (fit) against its held-out one."""
+    out = []
+    for measured_run, pred in zip(results["runs"], predictions["runs"], strict=True):
+        measured = np.asarray(measured_run["phase_accuracy"])
         predicted = np.asarray(pred["phase_accuracy"])
-        rows.append(
-            row(
+        out.append(
+            Row(
                 "delta_max from learned weights (exact formula)",
-                f"s=8 N={run['chunks']} d=64 gain=16 seed 0",
-                theory.delta_max(predicted),
+                f"s=8 N={measured_run['chunks']} d=64 gain=16 seed 0",
+                kind="fit",
+                predicted=theory.delta_max(predicted),
                 sgd=theory.delta_max(measured),
-                tolerance=held_out_tolerance(predicted, run["eval_samples"]),
+                tolerance=held_out_tolerance(predicted, measured_run["eval_samples"]),
                 floor=1.0,
             )
         )
-    return rows
+    return out
+
+
+EXPERIMENT = Experiment("weak_spots", run, predict, rows, configs=configs, figure=drawn_in_figures)

@@ -1,4 +1,4 @@
-"""Phase-resolved analysis of trained models: causal interventions, operator and mitigation comparisons.
+"""Interventions on trained models, phase by phase, and operator and mitigation comparisons.
 
 Interventions (on one trained model, on fixed held-out needles, all paired: every
 intervention sees the same needles as the intact model):
@@ -28,11 +28,18 @@ import numpy as np
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
-from weakspots.idealized.metrics import WILSON_Z95, delta_max, phase_sensitivity, wilson_interval
-from weakspots.idealized.model import RetrievalModel
+from weakspots.idealized.metrics import (
+    WILSON_Z95,
+    delta_max,
+    mean_interval,
+    phase_sensitivity,
+    proportion_interval,
+    wilson_interval,
+)
+from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import filter_jit, jit
-from weakspots.sims.train import DTYPE, Hyper, TrainingDiverged, init, train_many
+from weakspots.sims.train import DTYPE, TrainingDiverged, train_many
 from weakspots.theory import interventions as theory
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
@@ -120,7 +127,7 @@ def _paired(drop: np.ndarray) -> tuple[float, list[float]]:
 
 
 def effect_specialization(effect) -> np.ndarray:
-    """Per head, `1 - entropy(e+ / sum e+) / log(s)` of its positive ablation effects (0 if none)."""
+    """Per head, `1 - entropy(e+ / sum e+) / log(s)` of its positive ablation effects (or 0)."""
     e = np.clip(np.asarray(effect, float), 0.0, None)
     total = e.sum(axis=-1, keepdims=True)
     p = np.where(total > 0, e / np.where(total > 0, total, 1.0), 0.0)
@@ -228,19 +235,27 @@ def ablate(
     return out
 
 
-def _interval(values) -> dict:
-    v = np.asarray(values, float)
-    mean = float(v.mean())
-    half = WILSON_Z95 * float(v.std(ddof=1)) / math.sqrt(v.size) if v.size > 1 else 0.0
-    return {"mean": mean, "ci": [mean - half, mean + half], "values": v.tolist()}
+def _interval(values, low=-math.inf, high=math.inf, samples: int | None = None) -> dict:
+    """Mean over runs and its 95% interval inside [low, high] (idealized.metrics): a
+    proportion measured on `samples` trials per run by `proportion_interval`, anything
+    else by the t interval. Returns {"mean", "ci": [lo, hi] (nan with one run), "values"}."""
+    values = [float(v) for v in values]
+    if samples is not None:
+        mean, lo, hi = proportion_interval(values, samples)
+    else:
+        mean, lo, hi = mean_interval(values, low, high)
+    return {"mean": mean, "ci": [lo, hi], "values": values}
 
 
-def aggregate(summaries: Sequence[dict]) -> dict:
-    """Across seeds: mean and 95% interval of `delta_max`, `psc` and mean accuracy."""
+def aggregate(summaries: Sequence[dict], samples: int) -> dict:
+    """Across seeds: mean and 95% interval of `delta_max`, `psc` and mean accuracy.
+
+    samples: held-out needles behind one run's mean accuracy (stride x eval_samples).
+    """
     return {
-        "delta_max": _interval([s["delta_max"] for s in summaries]),
-        "psc": _interval([s["psc"] for s in summaries]),
-        "mean_accuracy": _interval([s["mean_accuracy"] for s in summaries]),
+        "delta_max": _interval([s["delta_max"] for s in summaries], 0.0, 1.0),
+        "psc": _interval([s["psc"] for s in summaries], 0.0),
+        "mean_accuracy": _interval([s["mean_accuracy"] for s in summaries], samples=samples),
         "phase_accuracy": np.mean([s["phase_accuracy"] for s in summaries], axis=0).tolist(),
         "wall_seconds": float(np.mean([s["wall_seconds"] for s in summaries])),
     }
@@ -273,7 +288,7 @@ def compare_operators(
         except TrainingDiverged as error:
             out[operator] = {"diverged": str(error)}
             continue
-        out[operator] = aggregate(summaries)
+        out[operator] = aggregate(summaries, base.stride * base.eval_samples)
     return out
 
 
@@ -286,15 +301,11 @@ MITIGATIONS = {
 }
 
 
-def initial_pooling_logits(config: TrainConfig) -> np.ndarray:
-    """The simulation's own starting pooling logits `(H, S)` (softmax_pool), for the flow."""
-    hyper = jax.tree.map(lambda x: x[0], Hyper.stack([config]))
-    return np.asarray(init(config.static, hyper).model.compressor.pooling_logits, float)
-
-
 def predicted_phase_accuracy(config: TrainConfig) -> np.ndarray:
     """Reduced flow from the run's own start to t = lr * steps, then the accuracy formula."""
-    a0 = initial_pooling_logits(config)
+    a0 = np.asarray(
+        initial_pooling_logits(config.seed, config.heads, config.slots, config.init_scale), float
+    )
     offsets = [
         (h * config.stride // config.heads if config.stagger else 0) for h in range(config.heads)
     ]
@@ -325,7 +336,7 @@ def predicted_phase_accuracy(config: TrainConfig) -> np.ndarray:
 def mitigation_configs(
     base: TrainConfig, mitigations: dict, seeds: Sequence[int]
 ) -> dict[str, list[TrainConfig]]:
-    """The runs `compare_mitigations` trains: per mitigation, `base` with its overrides at each seed."""
+    """The runs `compare_mitigations` trains: per mitigation, `base` with its overrides."""
     return {
         name: [base.replace(seed=s, **overrides) for s in seeds]
         for name, overrides in mitigations.items()
@@ -351,10 +362,10 @@ def compare_mitigations(
         overrides = mitigations[name]
         summaries = [r.summary() for r in train(configs)]
         predicted = [predicted_phase_accuracy(c) for c in configs]
-        row = aggregate(summaries)
-        row["predicted_delta_max"] = _interval([delta_max(p) for p in predicted])
-        row["predicted_mean_accuracy"] = _interval([float(np.mean(p)) for p in predicted])
-        row["predicted_psc"] = _interval([phase_sensitivity(p) for p in predicted])
+        row = aggregate(summaries, base.stride * base.eval_samples)
+        row["predicted_delta_max"] = _interval([delta_max(p) for p in predicted], 0.0, 1.0)
+        row["predicted_mean_accuracy"] = _interval([float(np.mean(p)) for p in predicted], 0.0, 1.0)
+        row["predicted_psc"] = _interval([phase_sensitivity(p) for p in predicted], 0.0)
         row["cost"] = theory.chunking_cost(
             base.stride,
             base.heads,

@@ -1,0 +1,63 @@
+"""The finite-d accuracy formula against a direct Monte Carlo of the retrieval task (numpy)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from weakspots import theory
+from weakspots.sims.check import CHUNKS, GAIN, STRIDE, monte_carlo_accuracy, normal_half_width
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+
+CASES = (("uniform", 8), ("3-phase", 3))  # (label, support size k of equal weights)
+DIM = 64
+
+
+def run(budget: Budget) -> dict:
+    """Per-phase accuracy of fixed pooling weights by Monte Carlo, per case."""
+    samples = 4000 if budget.quick else 16000
+    accuracy = [
+        monte_carlo_accuracy(
+            theory.support_weights(STRIDE, k), CHUNKS, DIM, samples, seed=CHUNKS + k
+        )
+        for _, k in CASES
+    ]
+    return {"samples": samples, "accuracy": accuracy}
+
+
+def predict(budget: Budget, results: dict) -> dict:
+    """theory.phase_accuracy (the chi-conditioned formula), per case and phase."""
+    del budget, results
+    return {
+        "accuracy": [
+            theory.phase_accuracy(theory.support_weights(STRIDE, k), GAIN, CHUNKS, DIM)
+            for _, k in CASES
+        ]
+    }
+
+
+def rows(results: dict, predictions: dict) -> list[Row]:
+    """The formula (a prediction) against Monte Carlo at the worst phase of each case, within
+    the binomial interval of that phase's Monte Carlo fraction (the worst of s phases)."""
+    out = []
+    for (label, _), measured, predicted in zip(
+        CASES, results["accuracy"], predictions["accuracy"], strict=True
+    ):
+        measured, predicted = np.asarray(measured), np.asarray(predicted)
+        worst = int(np.argmax(np.abs(predicted - measured)))
+        out.append(
+            Row(
+                f"finite-d accuracy formula, {label} pooling (worst phase)",
+                f"s=8 N=64 d=64, Monte Carlo {results['samples']} needles per phase (sgd column)",
+                kind="prediction",
+                predicted=predicted[worst],
+                sgd=measured[worst],
+                tolerance=normal_half_width(
+                    predicted[worst] * (1 - predicted[worst]) / results["samples"], STRIDE
+                ),
+                floor=1.0,
+            )
+        )
+    return out
+
+
+EXPERIMENT = Experiment("accuracy_formula", run, predict, rows)

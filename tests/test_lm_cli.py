@@ -48,3 +48,37 @@ def test_seeds_give_per_seed_lists_and_a_pooled_summary(capsys):
     pooled = out["pooled"]
     assert pooled["phase_samples"] == [2 * n for n in out["phase_samples"][0]]
     assert len(out["seed_spread"]["mean"]) == 4
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--stride", "0"], "--stride"),
+        (["--seeds", "0"], "--seeds"),
+        (["--cache", "/proc/no"], "--cache"),
+    ],
+)
+def test_ablate_bad_flags_exit_2_with_one_line(flags, flag, capsys):
+    assert main(["lm", "ablate", *TINY, *flags, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err
+
+
+def test_ablate_json_has_effect_and_components_per_phase(capsys, tmp_path):
+    args = ["lm", "ablate", *TINY, "--layers", "2", "--json", "--quiet", "--cache", str(tmp_path)]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["effect"]) == 2 and len(out["effect"][0]) == 2 and len(out["effect"][0][0]) == 4
+    assert len(out["effect_ci"][1][1][3]) == 2
+    names = [c["name"] for c in out["components"]]
+    assert names == [
+        "remove sliding window (layer 0)",
+        "remove compressed branch (layer 1)",
+        "remove RoPE from compressed keys (layer 1)",
+    ]
+    assert all(len(c["drop"]) == 4 and len(c["drop_ci"]) == 4 for c in out["components"])
+    assert out["verdict"] in ("none", "unexplained") or "straddle" in out["verdict"]
+    # a second call loads the trained decoder from the cache: the same numbers
+    assert main(args) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["effect"] == out["effect"] and again["patch"] == out["patch"]

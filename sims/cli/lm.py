@@ -246,9 +246,17 @@ def register_ablate(verbs) -> None:
 def run_ablate(args: argparse.Namespace) -> int:
     base = lm_config(args)
     seeds = common.seed_list(args)
-    from weakspots.sims.lm import mechanism
+    if args.cache is not None:
+        import pathlib
+
+        try:
+            pathlib.Path(args.cache).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise common.UsageError(
+                f"--cache: cannot use {args.cache!r}: {error.strerror}"
+            ) from None
+    from weakspots.sims.lm import study
     from weakspots.sims.lm.checkpoint import trained
-    from weakspots.sims.lm.interventions import ablate_lm
     from weakspots.sims.progress import Progress
 
     enabled = common.progress_enabled(args)
@@ -260,14 +268,8 @@ def run_ablate(args: argparse.Namespace) -> int:
 
     params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in results])
     with Progress("lm ablate", "programs", enabled=enabled) as progress:
-        report = ablate_lm(base, params, patch=not args.no_patch, progress=progress)
-    report["config"] = dataclasses.asdict(base)
+        report = study.report(base, params, patch=not args.no_patch, progress=progress)
     report["seeds"] = seeds
-    report["margins"] = mechanism.attention_margins(base, params)
-    found = mechanism.evidence(base, report)
-    report["evidence"] = found
-    report["verdict"] = mechanism.verdict(found)
-    report["shown_by"] = mechanism.shown_by(found)
     if args.json:
         common.print_json(report)
     else:

@@ -16,6 +16,7 @@ minutes each on two CPU cores; `full` retrains every design and measures it agai
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -83,13 +84,15 @@ def report(
     return out
 
 
-def measure(name: str, size: str, progress: Progress | None = None) -> dict:
-    """Design `name` at `size`: trained (or loaded from the checkpoint cache) and measured."""
+@functools.cache
+def measure(name: str, size: str) -> dict:
+    """Design `name` at `size`: trained (or loaded from the checkpoint cache) and measured
+    (memoised: experiments that share a design measure it once per process)."""
     base = config(name, size)
     seeds = 1 if size == "tiny" else SEEDS
     runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
     params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
-    out = report(base, params, patch=name in PATCHED, progress=progress)
+    out = report(base, params, patch=name in PATCHED)
     out["seeds"] = list(range(seeds))
     return out
 

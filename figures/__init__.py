@@ -14,6 +14,7 @@ from weakspots.figures import (
     head_ablation,
     learned_gain,
     lm_mechanism,
+    lm_mitigations,
     lm_toy,
     mitigations,
     operators,
@@ -42,6 +43,7 @@ DRAWINGS = {
     _experiments.learned_gain.EXPERIMENT: learned_gain,
     _experiments.lm_mechanism.EXPERIMENT: lm_mechanism,
     _experiments.lm_toy.EXPERIMENT: lm_toy,
+    _experiments.lm_mitigations.EXPERIMENT: lm_mitigations,
 }
 
 EXPERIMENTS = tuple(

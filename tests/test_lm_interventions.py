@@ -197,3 +197,15 @@ def test_phase_drops_are_the_difference_of_the_phase_accuracies():
         assert out["drop_per_seed"][1][p] == pytest.approx(
             clean[1, sel].mean() - after[1, sel].mean()
         )
+
+
+def test_offset_ensemble_of_the_unshifted_chunking_is_the_intact_model():
+    """One chunking at offset 0 (fillers only after the sequence, which a causal model cannot
+    see) reads every sequence as the intact model does: no drop at any phase."""
+    config = LMConfig(**TINY, operator="softmax_pool")
+    params = jax.tree.map(lambda x: x[None], nnx.split(random_decoder(config))[1])
+    out = iv.offset_ensemble(config, params, 1)
+    assert out["offsets"] == [0] and out["cost"] == 1
+    np.testing.assert_array_equal(out["drop"], 0.0)
+    assert 0 < np.mean(out["accuracy"]) < 1  # some answers right, some wrong: a real check
+    assert iv.ensemble_offsets(8, 4) == (0, 2, 4, 6)

@@ -36,6 +36,7 @@ from weakspots.sims.experiments import (
     learned_gain_end_state,
     linear_growth,
     lm_mechanism,
+    lm_mitigations,
     lm_toy,
     mitigations,
     operators,
@@ -97,6 +98,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     learned_gain.EXPERIMENT,
     lm_mechanism.EXPERIMENT,
     lm_toy.EXPERIMENT,
+    lm_mitigations.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

@@ -497,6 +497,59 @@ def patch_entries(
     }
 
 
+@partial(jit, static_argnums=(0, 1))
+def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts, index):
+    """Outcomes `(R, K * chunk)` with the readout averaged over shifted chunkings."""
+    s, length = config.stride, config.seq_len
+
+    def per_run(run_params):
+        model = merge(config.decoder, run_params)
+
+        def chunk(args):
+            rows, i = args
+            batch = placed_batch(evaluation_key(config, i), config.task, rows)
+            fill = jnp.zeros((batch.tokens.shape[0], s), batch.tokens.dtype)  # filler token 0
+            padded = jnp.concatenate([fill, batch.tokens, fill], axis=1)
+            total = 0.0
+            for o in offsets:  # o filler tokens before the sequence, s - o after it
+                shifted = jax.lax.slice_in_dim(padded, s - o, s - o + length + s, axis=1)
+                total = total + jax.nn.log_softmax(model(shifted)[:, o : o + length], axis=-1)
+            hit = jnp.argmax(total, axis=-1) == batch.targets
+            return jnp.all(hit | ~batch.first_query, axis=-1)
+
+        return jax.lax.map(chunk, (starts, index)).reshape(-1)
+
+    return jax.vmap(per_run)(params)
+
+
+def ensemble_offsets(stride: int, ensemble: int) -> tuple[int, ...]:
+    """The shifts `k s // K` of an offset ensemble of K chunkings (as `theory.mitigations`)."""
+    return tuple(k * stride // ensemble for k in range(ensemble))
+
+
+def offset_ensemble(
+    config: LMConfig, params: nnx.State, ensemble: int, rows: Rows | None = None
+) -> dict:
+    """The offset-ensemble mitigation at inference: each sequence read under K chunkings.
+
+    Chunking k shifts every token `o_k = k s // K` positions on (o_k filler tokens before
+    the sequence, `s - o_k` after it, so the length stays a multiple of s), which moves a
+    fact at phase p to phase `(p + o_k) mod s`; the value is predicted from the mean
+    log-probability over the K readouts. `params` stacked over R runs. Returns the per-phase
+    drop against the intact model (`phase_drops`: negative where the ensemble helps),
+    `offsets`, and `cost`: forward passes per sequence (K).
+    """
+    config = config.static
+    rows = rows or evaluation_rows(config)
+    s = config.stride
+    offsets = ensemble_offsets(s, ensemble)
+    starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
+    clean = world_outcomes(config, params, [None], rows)[0]
+    out = np.asarray(_offset_outcomes(config, offsets, params, starts, index))
+    phase = np.where(rows.far, rows.value_start % s, -1)
+    return {"offsets": list(offsets), "cost": ensemble, **phase_drops(clean, out, phase, s)}
+
+
 def ablate_lm(
     config: LMConfig,
     params: nnx.State,
@@ -611,9 +664,11 @@ __all__ = [
     "component_interventions",
     "component_name",
     "edited_parameters",
+    "ensemble_offsets",
     "evaluation_key",
     "evaluation_rows",
     "first_query_correct",
+    "offset_ensemble",
     "paired_drop",
     "patch_entries",
     "phase_drops",

@@ -28,7 +28,7 @@ from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
 from weakspots.sims.lm.evaluate import delta_max_noise_floor
-from weakspots.sims.lm.interventions import ablate_lm
+from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.progress import Progress
 
 RECORDED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lm_runs"
@@ -45,6 +45,7 @@ DESIGNS: dict[str, dict] = {
 }
 """Design name -> `LMConfig` fields (each trained with seeds 0 and 1)."""
 PATCHED = ("mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k2")  # the rest: --no-patch
+ENSEMBLES = (2, 4)  # offset-ensemble sizes K of the mitigation study
 TINY = dict(
     seq_len=48, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
     rope_dim=4, window=4, steps=8, eval_every=4, batch=4, eval_batch=8, eval_samples=1,
@@ -75,6 +76,14 @@ def report(
     out["evidence"] = found
     out["verdict"] = mechanism.verdict(found)
     out["shown_by"] = mechanism.shown_by(found)
+    return derived(out)
+
+
+def derived(out: dict) -> dict:
+    """`out` with the quantities derived from a report's own numbers added: the 95% noise
+    floor of its `delta_max` (`evaluate.delta_max_noise_floor` at the pooled accuracy and
+    the per-phase samples) and the support size per run and head of the compressed layer's
+    pooling weights (`idealized.metrics.support_size`; None without learned weights)."""
     acc, samples = np.asarray(out["phase_accuracy"]), np.asarray(out["samples"])
     pooled = float((acc * samples).sum() / max(samples.sum(), 1))
     out["delta_max_noise_floor"] = delta_max_noise_floor(pooled, samples)
@@ -106,6 +115,33 @@ def recorded(name: str) -> dict:
     if out["config"] != expected:
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
+    return derived(out)
+
+
+def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
+    """The offset-ensemble mitigation on design `name`'s trained decoders, per ensemble size K
+    (`interventions.offset_ensemble`), with the intact per-phase accuracy beside it."""
+    base = config(name, size)
+    seeds = 1 if size == "tiny" else SEEDS
+    runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    intact = measure(name, size) if size == "tiny" else None
+    out = {
+        "config": dataclasses.asdict(base),
+        "seeds": list(range(seeds)),
+        "ensembles": {str(k): offset_ensemble(base, params, k) for k in ensembles},
+    }
+    if intact is not None:
+        out["phase_accuracy"] = intact["phase_accuracy"]
+    return out
+
+
+def recorded_mitigations(name: str) -> dict:
+    """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
+    path = RECORDED / f"mitigations_{name}.json"
+    out = json.loads(path.read_text())
+    if out["config"] != dataclasses.asdict(config(name, "full")):
+        raise ValueError(f"{path} records another config")
     return out
 
 
@@ -114,3 +150,12 @@ def reports(names, size: str) -> dict[str, dict]:
     if size == "quick":
         return {n: recorded(n) for n in names}
     return {n: measure(n, size) for n in names}
+
+
+if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.lm.study NAME ...
+    import sys
+
+    for design in sys.argv[1:]:
+        found = mitigations(design, "full")
+        (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
+        print(design, {k: v["accuracy"] for k, v in found["ensembles"].items()})

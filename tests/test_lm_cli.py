@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 
 from weakspots.sims.cli import main
@@ -64,7 +65,20 @@ def test_ablate_bad_flags_exit_2_with_one_line(flags, flag, capsys):
     assert len(err.splitlines()) == 1 and flag in err
 
 
-def test_ablate_json_has_effect_and_components_per_phase(capsys, tmp_path):
+def test_ablate_json_has_effect_and_components_per_phase(capsys):
+    args = ["lm", "ablate", *TINY, "--layers", "2", "--json", "--quiet", "--no-patch"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    effect = np.asarray(out["effect"])
+    assert effect.shape == (2, 2, 4) and np.asarray(out["effect_ci"]).shape == (2, 2, 4, 2)
+    for c in out["components"]:  # a drop is the intact accuracy minus the intervened one
+        intact = np.asarray(out["phase_accuracy"])
+        np.testing.assert_allclose(np.asarray(c["drop"]), intact - np.asarray(c["accuracy"]))
+    assert out["patch"] is None and {"verdict", "shown_by", "margins"} <= set(out)
+
+
+@pytest.mark.slow
+def test_ablate_json_with_patching_and_the_cache(capsys, tmp_path):
     args = ["lm", "ablate", *TINY, "--layers", "2", "--json", "--quiet", "--cache", str(tmp_path)]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)

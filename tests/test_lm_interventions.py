@@ -199,13 +199,19 @@ def test_phase_drops_are_the_difference_of_the_phase_accuracies():
         )
 
 
-def test_offset_ensemble_of_the_unshifted_chunking_is_the_intact_model():
-    """One chunking at offset 0 (fillers only after the sequence, which a causal model cannot
-    see) reads every sequence as the intact model does: no drop at any phase."""
+def test_shifted_log_probs_are_the_mean_over_chunkings_built_by_hand():
+    """Offset 0 reads the sequence as the intact model; offset 2 as the model reading the
+    sequence with two filler tokens put in front by hand (another route to the same shift)."""
     config = LMConfig(**TINY, operator="softmax_pool")
-    params = jax.tree.map(lambda x: x[None], nnx.split(random_decoder(config))[1])
-    out = iv.offset_ensemble(config, params, 1)
-    assert out["offsets"] == [0] and out["cost"] == 1
-    np.testing.assert_array_equal(out["drop"], 0.0)
-    assert 0 < np.mean(out["accuracy"]) < 1  # some answers right, some wrong: a real check
+    model = random_decoder(config)
+    x = tokens(config)
+    T, s = config.seq_len, config.stride
+    intact = jax.nn.log_softmax(model(x), axis=-1)
+    np.testing.assert_allclose(iv.shifted_log_probs(model, x, (0,), s), intact, **BATCHED)
+    by_hand = jnp.concatenate([jnp.zeros((3, 2), x.dtype), x, jnp.zeros((3, 2), x.dtype)], 1)
+    shifted = jax.nn.log_softmax(model(by_hand), axis=-1)[:, 2 : 2 + T]
+    assert not np.allclose(shifted, intact, atol=1e-3)  # the shift changes what the model reads
+    np.testing.assert_allclose(
+        iv.shifted_log_probs(model, x, (0, 2), s), (intact + shifted) / 2, **BATCHED
+    )
     assert iv.ensemble_offsets(8, 4) == (0, 2, 4, 6)

@@ -497,10 +497,26 @@ def patch_entries(
     }
 
 
+def shifted_log_probs(model: Decoder, tokens, offsets: Sequence[int], stride: int) -> jax.Array:
+    """Mean over chunkings of the log-probabilities `(B, T, V)` of `tokens` `(B, T)`.
+
+    Chunking `o` (`0 <= o < stride`) puts `o` filler tokens (id 0) before the sequence and
+    `stride - o` after it (the length stays a multiple of the stride; a causal model never
+    sees the ones after), so every token moves `o` positions on and its phase with it.
+    """
+    length = tokens.shape[1]
+    fill = jnp.zeros((tokens.shape[0], stride), tokens.dtype)
+    padded = jnp.concatenate([fill, tokens, fill], axis=1)
+    total = 0.0
+    for o in offsets:
+        shifted = jax.lax.slice_in_dim(padded, stride - o, stride - o + length + stride, axis=1)
+        total = total + jax.nn.log_softmax(model(shifted)[:, o : o + length], axis=-1)
+    return total / len(offsets)
+
+
 @partial(jit, static_argnums=(0, 1))
 def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts, index):
     """Outcomes `(R, K * chunk)` with the readout averaged over shifted chunkings."""
-    s, length = config.stride, config.seq_len
 
     def per_run(run_params):
         model = merge(config.decoder, run_params)
@@ -508,13 +524,8 @@ def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts
         def chunk(args):
             rows, i = args
             batch = placed_batch(evaluation_key(config, i), config.task, rows)
-            fill = jnp.zeros((batch.tokens.shape[0], s), batch.tokens.dtype)  # filler token 0
-            padded = jnp.concatenate([fill, batch.tokens, fill], axis=1)
-            total = 0.0
-            for o in offsets:  # o filler tokens before the sequence, s - o after it
-                shifted = jax.lax.slice_in_dim(padded, s - o, s - o + length + s, axis=1)
-                total = total + jax.nn.log_softmax(model(shifted)[:, o : o + length], axis=-1)
-            hit = jnp.argmax(total, axis=-1) == batch.targets
+            logp = shifted_log_probs(model, batch.tokens, offsets, config.stride)
+            hit = jnp.argmax(logp, axis=-1) == batch.targets
             return jnp.all(hit | ~batch.first_query, axis=-1)
 
         return jax.lax.map(chunk, (starts, index)).reshape(-1)
@@ -672,6 +683,7 @@ __all__ = [
     "paired_drop",
     "patch_entries",
     "phase_drops",
+    "shifted_log_probs",
     "source_starts",
     "world_outcomes",
 ]

@@ -143,3 +143,13 @@ def test_uniform_attention_has_zero_margin_and_mass_in_proportion_to_entries():
     expected = [2 / visible] + [1 / visible] * 3
     np.testing.assert_allclose(out["mass"][0][0], expected, rtol=1e-5)
     assert query_reach(config) == 4
+
+
+def test_a_weak_spot_no_candidate_explains_but_patching_restores_is_located_in_the_entries():
+    restored = [[None] * 4 for _ in range(4)]
+    restored[3][0] = 0.8  # worst phase 3, best phase 0
+    patch = {"patched": [[0.9] * 4] * 4, "clean": [[0.8] * 4] * 4, "source": [[0.95] * 4] * 4,
+             "restored": restored}  # fmt: skip
+    acc = [0.95, 0.94, 0.90, 0.80]
+    report = _report(acc, straddling=0.95, same_window=0.88, patch=patch)
+    assert mechanism.verdict(mechanism.evidence(STRADDLE, report)) == "unexplained, in the entries"

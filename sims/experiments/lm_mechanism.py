@@ -54,6 +54,8 @@ def compressed_weights(report: dict) -> np.ndarray | None:
     s = report["config"]["stride"]
     axis = [i for i, n in enumerate(w.shape) if n == s][-1]
     w = np.moveaxis(w, axis, -1)
+    if w.ndim == 2:  # one set of weights shared by every head
+        w = w[:, None, :]
     return w.reshape(w.shape[0], w.shape[1], -1, s).mean(axis=2)
 
 

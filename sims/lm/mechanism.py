@@ -19,7 +19,8 @@ copying the weak-phase fact's compressed entries from a world where the same fac
 at the best phase restores the accuracy (it was written into the entries) or does not
 (it is in how the query reads them). `verdict` names every mechanism whose test passes;
 `none` when there is no weak spot beyond the Wilson intervals, `unexplained` when there is
-one and no test passes.
+one and no test passes (`unexplained, in the entries` when patching locates it in the
+compressed entries all the same).
 
 `attention_margins` measures what the toy's theory needs from a trained decoder: the
 compressed layer's attention margin on the queried fact, and from it the effective gain
@@ -226,7 +227,8 @@ def evidence(config: LMConfig, report: dict) -> dict:
 
 
 def verdict(found: dict) -> str:
-    """The mechanism(s) the evidence supports: `none`, `unexplained`, or names joined by ` + `."""
+    """The mechanism(s) the evidence supports: `none`, `unexplained` (`, in the entries`), or
+    names joined by ` + `."""
     if not found["weak_spot"]:
         return "none"
     named = [
@@ -234,7 +236,10 @@ def verdict(found: dict) -> str:
         for name, key in zip(MECHANISMS, ("straddle", "pooling", "rope"), strict=True)
         if found.get(key) and found[key]["passes"]
     ]
-    return " + ".join(named) if named else "unexplained"
+    if named:
+        return " + ".join(named)
+    patch = found.get("patch")
+    return "unexplained, in the entries" if patch and patch["in_entries"] else "unexplained"
 
 
 def shown_by(found: dict) -> str:

@@ -115,6 +115,8 @@ def recorded(name: str) -> dict:
     if out["config"] != expected:
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
+    found = mechanism.evidence(config(name, "full"), out)  # judged by today's rules
+    out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
     return derived(out)
 
 

@@ -51,6 +51,13 @@ def test_a_recording_of_another_config_is_refused(tmp_path, monkeypatch):
         "config": {**json.loads(json.dumps(study.config("mean_s4", "full").__dict__))},
         "phase_accuracy": [0.9, 0.8, 0.9, 0.9],
         "samples": [100] * 4,
+        "phase_accuracy_ci": [[0.85, 0.95], [0.75, 0.85], [0.85, 0.95], [0.85, 0.95]],
+        "straddle": {
+            k: {"accuracy": 0.9, "samples": 100, "ci": [0.85, 0.95]}
+            for k in ("same_window", "straddling")
+        },
+        "components": [],
+        "patch": None,
         "margins": None,
         "pooling_weights": None,
     }

@@ -38,16 +38,16 @@ DESIGNS: dict[str, dict] = {
     "mean_s8": dict(_RUN, stride=8, operator="mean_pool", steps=1500),
     "softmax_s8": dict(_RUN, stride=8, operator="softmax_pool"),
     "dsv4_s8": dict(_RUN, stride=8, operator="deepseek_v4"),
-    "mean_s8_k2": dict(_RUN, stride=8, operator="mean_pool", key_len=2),
+    "mean_s8_k3": dict(_RUN, stride=8, operator="mean_pool", key_len=3),
     "mean_s4": dict(_RUN, stride=4, operator="mean_pool"),
     "mean_s8_T64": dict(_RUN, stride=8, operator="mean_pool", seq_len=64),
     "softmax_s8_wd": dict(_RUN, stride=8, operator="softmax_pool", weight_decay=0.1),
 }
 """Design name -> `LMConfig` fields (each trained with seeds 0 and 1)."""
-PATCHED = ("mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k2")  # the rest: --no-patch
+PATCHED = ("mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")  # the rest: --no-patch
 ENSEMBLES = (2, 4)  # offset-ensemble sizes K of the mitigation study
 TINY = dict(
-    seq_len=48, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
+    seq_len=40, pairs=4, key_vocab=16, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
     rope_dim=4, window=4, steps=8, eval_every=4, batch=4, eval_batch=8, eval_samples=1,
 )  # fmt: skip
 
@@ -58,7 +58,8 @@ def config(name: str, size: str) -> LMConfig:
     if size == "tiny":
         keep = {k: v for k, v in fields.items() if k in ("stride", "operator", "key_len")}
         fields = {**TINY, **keep, "weight_decay": fields.get("weight_decay", 0.0)}
-        fields["seq_len"] = 64 if name != "mean_s8_T64" else 48
+        context = 24 if name == "mean_s8_T64" else 32  # multiples of every stride here
+        fields["seq_len"] = context + TINY["pairs"] * (fields.get("key_len", 1) + 1)
     return LMConfig(**fields)
 
 

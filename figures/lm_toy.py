@@ -42,7 +42,10 @@ def make(results, predictions):
     names = [k for k in ("softmax_s8", "softmax_s8_wd") if k in d]
     x = np.arange(len(names))
     ax.errorbar(x, [measured_support(d[k]) for k in names], color=COLORS[0], **SGD)
-    ax.plot(x, [predictions["support"][k] for k in names], "s", color="black", ms=5)
+    ax.plot(
+        x, [predictions["support"][k] for k in names], "s", color="black", ms=5,
+        label="toy's support (d = inf flow)",
+    )  # fmt: skip
     ax.set_xticks(x, [f"wd {d[k]['config']['weight_decay']:g}" for k in names])
     ax.set_xlim(-0.5, len(names) - 0.5)
     ax.set_ylim(0, 8.5)
@@ -55,12 +58,12 @@ def make(results, predictions):
         for r in range(w.shape[0]):
             for h in range(w.shape[1]):
                 ax.plot(range(s), w[r, h], "o-", ms=3, lw=1, color=COLORS[2 + h], alpha=0.8)
-        ax.axhline(1 / s, color="black", lw=1, ls="-")
-        ax.axhline(0.5 / s, color="black", lw=1, ls=":")
+        ax.axhline(1 / s, color="0.5", lw=1, ls="-", label="uniform 1/s")
+        ax.axhline(0.5 / s, color="black", lw=1, ls=":", label="coverage threshold 1/(2s)")
         ax.set_xticks(range(s))
     ax.set_xlabel("phase (softmax pooling, s = 8)")
     ax.set_ylabel("pooling weight")
-    ax.set_title("(d) weights per head (dotted: 1/2s)", loc="left")
-    legend_below(fig, axes[0, :1], ncol=3)
+    ax.set_title("(d) weights, 2 heads x 2 seeds", loc="left")
+    legend_below(fig, axes[0], ncol=4)
     fig.suptitle("The toy's predictions held against decoders trained from scratch")
     return fig

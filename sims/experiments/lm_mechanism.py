@@ -18,7 +18,8 @@ from weakspots import theory
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.lm import study
 
-MECHANISM_DESIGNS = ("mean_s8", "softmax_s8", "mean_s8_k3")  # dsv4_s8: evaluation segfaults in XLA:CPU
+# Without dsv4_s8: evaluating its trained decoders segfaults in XLA:CPU (lm ablate, reproducibly).
+MECHANISM_DESIGNS = ("mean_s8", "softmax_s8", "mean_s8_k3")
 KEPT = (
     "config", "seeds", "phase_accuracy", "phase_accuracy_ci", "samples", "straddle", "effect",
     "effect_ci", "components", "patch", "pooling_weights", "margins", "evidence", "verdict",

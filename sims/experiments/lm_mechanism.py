@@ -55,9 +55,11 @@ def compressed_weights(report: dict) -> np.ndarray | None:
     s = report["config"]["stride"]
     axis = [i for i, n in enumerate(w.shape) if n == s][-1]
     w = np.moveaxis(w, axis, -1)
-    if w.ndim == 2:  # one set of weights shared by every head
-        w = w[:, None, :]
-    return w.reshape(w.shape[0], w.shape[1], -1, s).mean(axis=2)
+    runs, heads = np.shape(margins["gain"])  # (R, H): one gain per run and head
+    w = w.reshape(runs, -1, s)  # a run axis of one may be squeezed away in the report
+    if w.shape[1] % heads:  # one set of weights shared by every head
+        return w.mean(axis=1, keepdims=True)
+    return w.reshape(runs, heads, -1, s).mean(axis=2)
 
 
 def toy_delta_max(report: dict) -> float:

@@ -471,8 +471,24 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
     result["targets"]["flow_speedup_vs_scipy"]["met"] &= result["flow_agree"]
     api_agree = result["details"].get("reduced_flow_api_max_disagreement", 0.0) <= FLOW_AGREEMENT
     result["targets"]["reduced_flow_api_speedup_vs_scipy"]["met"] &= api_agree
+    decoders = _bench_decoders(settings, log)
+    result["targets"].update(decoders.pop("targets"))
+    result.update(decoders)
     result["bench_seconds"] = time.perf_counter() - start
     return result
+
+
+def _bench_decoders(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """The decoder trainer's two ratios (`benchmarks/lm_throughput.py`), with their targets."""
+    from weakspots.benchmarks import lm_throughput
+
+    lm = lm_throughput.run(lm_throughput.QUICK if settings == QUICK else lm_throughput.FULL, log)
+    return {
+        "lm_speedup_vs_loop": lm["lm_speedup_vs_loop"],
+        "lm_flop_utilisation": lm["lm_flop_utilisation"],
+        "lm_details": {k: v for k, v in lm.items() if k != "targets"},
+        "targets": lm["targets"],
+    }
 
 
 def _device_peak_mb() -> float | None:

@@ -13,6 +13,9 @@ from weakspots.figures import (
     growth_rate,
     head_ablation,
     learned_gain,
+    lm_mechanism,
+    lm_mitigations,
+    lm_toy,
     mitigations,
     operators,
     phase_diagram,
@@ -38,6 +41,9 @@ DRAWINGS = {
     _experiments.mitigations.EXPERIMENT: mitigations,
     _experiments.finite_d_accuracy.EXPERIMENT: finite_d_accuracy,
     _experiments.learned_gain.EXPERIMENT: learned_gain,
+    _experiments.lm_mechanism.EXPERIMENT: lm_mechanism,
+    _experiments.lm_toy.EXPERIMENT: lm_toy,
+    _experiments.lm_mitigations.EXPERIMENT: lm_mitigations,
 }
 
 EXPERIMENTS = tuple(

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .config import ModelConfig
+from .deepseek_v4 import OVERLAP_RATIO, ape_pooling_weights
 from .deepseek_v4 import deepseek_v4 as deepseek_v4
 from .types import CompressedKeys, Keys, PoolingWeights
 
@@ -157,15 +158,8 @@ class DeepSeekV4(AbstractCompressor):
 
     def pooling_weights(self) -> PoolingWeights:
         """Own-block window weights from `ape` alone (gate excluded), averaged over channels."""
-        stride = self.ape.shape[1]
-        cd = self.ape.shape[2]
-        if stride == 4:  # overlapping window: [previous block | own block] over 2s slots
-            dim = cd // 2
-            window = jnp.concatenate([self.ape[..., :dim], self.ape[..., dim:]], axis=1)
-            weights = jax.nn.softmax(window, axis=1)[:, stride:]
-        else:
-            weights = jax.nn.softmax(self.ape, axis=1)
-        return jnp.mean(weights, axis=-1)
+        overlap = self.ape.shape[1] == OVERLAP_RATIO
+        return jax.vmap(ape_pooling_weights, in_axes=(0, None))(self.ape, overlap)
 
 
 def init_compressor(

@@ -30,7 +30,7 @@ from jaxtyping import Array, Float
 
 from .rope import ROPE_THETA, rope_frequencies
 
-__all__ = ["deepseek_v4"]
+__all__ = ["ape_pooling_weights", "deepseek_v4", "interleaved_rope", "rms_norm"]
 
 #: The only ratio DeepSeek-V4 compresses with overlapping windows.
 OVERLAP_RATIO = 4
@@ -59,13 +59,15 @@ def _window_pool(score: Float[Array, "C p d"], kv: Float[Array, "C p d"]) -> Flo
     return jnp.sum(e * kv, axis=1) / jnp.sum(e, axis=1)
 
 
-def _rms_norm(y: Float[Array, "C d"], eps: float) -> Float[Array, "C d"]:
+def rms_norm(y: Float[Array, "*C d"], eps: float) -> Float[Array, "*C d"]:
+    """`y / sqrt(mean(y^2) + eps)` over the last axis (RMSNorm with unit weight)."""
     return y / jnp.sqrt(jnp.mean(y * y, axis=-1, keepdims=True) + eps)
 
 
-def _interleaved_rope(
-    y: Float[Array, "C r"], positions: Float[Array, " C"], theta: float
+def interleaved_rope(
+    y: Float[Array, "C r"], positions: Float[Array, " C"], theta: float = ROPE_THETA
 ) -> Float[Array, "C r"]:
+    """Rotate pairs `(2i, 2i+1)` of `y[c]` by `positions[c] * theta**(-2i/r)` (RoPE, interleaved)."""
     rope_dim = y.shape[-1]
     freqs = rope_frequencies(rope_dim, theta, dtype=y.dtype, xp=jnp)
     angles = positions[:, None] * freqs[None, :]
@@ -73,6 +75,9 @@ def _interleaved_rope(
     even, odd = y[:, 0::2], y[:, 1::2]
     rotated = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
     return rotated.reshape(y.shape)
+
+
+_interleaved_rope = interleaved_rope  # the name `idealized.model` imports
 
 
 def deepseek_v4(
@@ -85,19 +90,22 @@ def deepseek_v4(
     eps: float = 1e-6,
     rope_dim: int = 0,
     rope_theta: float = ROPE_THETA,
+    overlap: bool | None = None,
 ) -> Float[Array, "C d"]:
     """Compress `T` tokens into `T // ratio` keys the way DeepSeek-V4's Compressor does.
 
     Arguments:
         x: `(T, dim)` token features; `T` a positive multiple of `ratio`.
         wkv, wgate: `(dim, coff * head_dim)` value and gate projections (`x @ W`), with
-            `coff = 2` when `ratio == 4` (overlapping windows) and `1` otherwise.
+            `coff = 2` with overlapping windows and `1` otherwise.
         ape: `(ratio, coff * head_dim)` learned per-position bias added to the gate score.
         ratio: tokens per block (static).
         eps: RMSNorm epsilon.
         rope_dim: number of trailing channels rotated by RoPE (even, `<= head_dim`;
             0 disables it).
         rope_theta: RoPE base; pair `i` turns at frequency `rope_theta**(-2i/rope_dim)`.
+        overlap: pool overlapping windows of `2 * ratio` tokens (static); by default
+            DeepSeek-V4's choice, overlap exactly when `ratio == 4`.
 
     Returns:
         `(T // ratio, head_dim)` compressed keys `K[c]`:
@@ -120,10 +128,12 @@ def deepseek_v4(
     T, dim = x.shape
     if T == 0 or T % ratio != 0:
         raise ValueError(f"T = {T} tokens is not a positive multiple of ratio = {ratio}")
-    coff = 2 if ratio == OVERLAP_RATIO else 1
+    if overlap is None:
+        overlap = ratio == OVERLAP_RATIO
+    coff = 2 if overlap else 1
     if wkv.ndim != 2 or wkv.shape[0] != dim or wkv.shape[1] % coff != 0:
         raise ValueError(
-            f"wkv must be (dim, coff*head_dim) = ({dim}, {coff}*head_dim) for ratio {ratio}, "
+            f"wkv must be (dim, coff*head_dim) = ({dim}, {coff}*head_dim) for overlap={overlap}, "
             f"got {wkv.shape}"
         )
     width = wkv.shape[1]
@@ -143,9 +153,25 @@ def deepseek_v4(
         score = _overlap_window(score, head_dim, -jnp.inf)
     pooled = _window_pool(score, kv)
 
-    keys = _rms_norm(pooled, eps)
+    keys = rms_norm(pooled, eps)
     if rope_dim:
         positions = jnp.arange(n_blocks, dtype=keys.dtype) * ratio
-        rotated = _interleaved_rope(keys[:, head_dim - rope_dim :], positions, rope_theta)
+        rotated = interleaved_rope(keys[:, head_dim - rope_dim :], positions, rope_theta)
         keys = jnp.concatenate([keys[:, : head_dim - rope_dim], rotated], axis=1)
     return keys
+
+
+def ape_pooling_weights(ape: Float[Array, "ratio cd"], overlap: bool) -> Float[Array, " ratio"]:
+    """Own-block window weights from `ape` alone (gate excluded), averaged over channels.
+
+    With overlap the window is `[previous block | own block]` over `2 * ratio` slots, and
+    the own block's share is returned (it sums to less than one).
+    """
+    ratio = ape.shape[0]
+    if overlap:
+        dim = ape.shape[1] // 2
+        window = jnp.concatenate([ape[:, :dim], ape[:, dim:]], axis=0)
+        weights = jax.nn.softmax(window, axis=0)[ratio:]
+    else:
+        weights = jax.nn.softmax(ape, axis=0)
+    return jnp.mean(weights, axis=-1)

@@ -1,7 +1,8 @@
 """Sweeps: a declared grid of runs, executed in compiled buckets over a device mesh, into a store.
 
-A sweep spec (TOML) names `kind = "train" | "flow"`, a `[fixed]` table and a `[grid]` table
-of lists whose cartesian product are the runs; keys are the config field names (the
+A sweep spec (TOML) names `kind = "train" | "flow" | "lm"` (`lm`: the decoders of
+`sims.lm`, trained on the default device), a `[fixed]` table and a `[grid]` table of
+lists whose cartesian product are the runs; keys are the config field names (the
 command-line flag names, `-` or `_`). Runs are grouped into buckets that share one
 compiled program (`TrainConfig.static` or `FlowConfig.static`), each bucket runs in
 equal, memory-sized batches whose run axis is split over a 1-D device mesh
@@ -39,9 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
+from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
+from weakspots.sims.lm import sweep as lm_sweep
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
@@ -60,7 +63,7 @@ __all__ = [
     "start_distributed",
 ]
 
-KINDS = ("train", "flow")
+KINDS = ("train", "flow", "lm")
 MESH_AXIS = "runs"
 MEMORY_FRACTION = 0.5  # of a device's free memory one batch may take (`device_memory_bytes`)
 MAX_RUNS_PER_DEVICE = 1024
@@ -76,7 +79,7 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-CONFIGS: dict[str, type] = {"train": TrainConfig, "flow": FlowConfig}
+CONFIGS: dict[str, type] = {"train": TrainConfig, "flow": FlowConfig, "lm": LMConfig}
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ class Run:
     """One run of a sweep: its kind and config; `row` is what the store keys it by."""
 
     kind: str
-    config: TrainConfig | FlowConfig
+    config: TrainConfig | FlowConfig | LMConfig
 
     @property
     def row(self) -> dict[str, Any]:
@@ -292,6 +295,8 @@ def _bytes_per_run(run: Run) -> int:
     config = run.config
     if run.kind == "flow":
         return 64 * config.saves * config.heads * config.stride * 8 + 2**16
+    if run.kind == "lm":
+        return lm_sweep.bytes_per_run(config)
     width = 1 if config.model.uses_gram else config.dim
     per_needle = config.chunks * config.stride * width * config.heads
     eval_needles = config.eval_samples if config.model.uses_gram else 256
@@ -510,7 +515,12 @@ def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict
     return out
 
 
-EXECUTE: dict[str, Callable] = {"train": _train_batch, "flow": _flow_batch}
+def _lm_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
+    del mesh  # decoders train on the default device (sims.lm.train has no mesh yet)
+    return lm_sweep.execute([r.config for r in runs], padded)
+
+
+EXECUTE: dict[str, Callable] = {"train": _train_batch, "flow": _flow_batch, "lm": _lm_batch}
 
 
 @dataclass

@@ -22,7 +22,10 @@ DRAWN = [e for e in figures.EXPERIMENTS if e.figure is not None]
 
 @pytest.fixture(scope="module")
 def inputs():
-    return json.loads(DATA.read_text())
+    out = json.loads(DATA.read_text())
+    for extra in sorted(DATA.parent.glob("figure_inputs_*.json")):  # one file per figure family
+        out.update(json.loads(extra.read_text()))
+    return out
 
 
 @pytest.mark.parametrize("experiment", DRAWN, ids=lambda e: e.name)

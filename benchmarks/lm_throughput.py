@@ -1,0 +1,179 @@
+"""Decoder training throughput, as ratios measured in one run.
+
+* `lm_speedup_vs_loop`: training tokens per second of `sims.lm.train` advancing a batch
+  of R seeds at once (one compiled, vmapped program, `eval_every` steps in `lax.scan`)
+  over the same R seeds trained one at a time from a Python loop (a jitted single-run
+  step per call, the trainer a user writes first).
+* `lm_flop_utilisation`: the batched trainer's model FLOPs per second
+  (`sims.lm.train.model_flops_per_step`, matmuls counted, forward and backward) over the
+  machine's float32 matmul rate, measured in the same run on square matrices
+  (`PEAK_MATMUL` a side) with the same threads.
+
+Each timed call runs in interleaved rounds (batch, loop, matmul in turn) so that load
+from other jobs falls on all three; a ratio is the median over rounds of the ratio within
+a round. Run as a script to print the JSON:
+
+    python -m weakspots.benchmarks.lm_throughput [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.idealized.lm_config import LMConfig
+from weakspots.sims.lm import train as lm_train
+
+TARGETS = {"lm_speedup_vs_loop": 3.0, "lm_flop_utilisation": 0.3}
+PEAK_MATMUL = 1024  # side of the square float32 matmul that measures the machine's rate
+
+
+@dataclasses.dataclass(frozen=True)
+class LMBenchSettings:
+    runs: int = 4  # seeds trained at once, and one by one
+    steps: int = 20  # training steps per seed per timed round (one scan block)
+    repeats: int = 3  # interleaved rounds
+    matmuls: int = 8  # peak-rate matmuls per round
+
+
+FULL = LMBenchSettings()
+QUICK = LMBenchSettings(steps=10, repeats=2, matmuls=4)
+
+
+def bench_config(settings: LMBenchSettings) -> LMConfig:
+    """The default decoder (T=128, d=64, 2 layers: sliding then mean-pooled s=4)."""
+    return LMConfig(steps=settings.steps, eval_every=settings.steps)
+
+
+def _timed(fn: Callable[[], object]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def matmul_rate(side: int, count: int) -> Callable[[], object]:
+    """A call doing `count` dependent `side x side` float32 matmuls (FLOPs: `2 side^3` each)."""
+    a = jax.random.normal(jax.random.key(0), (side, side), jnp.float32) / np.sqrt(side)
+
+    @jax.jit
+    def chain(x):
+        return jax.lax.fori_loop(0, count, lambda _, y: y @ a, x)
+
+    x0 = jnp.eye(side, dtype=jnp.float32)
+    chain(x0).block_until_ready()
+    return partial(chain, x0)
+
+
+def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _: None) -> dict:
+    """Every measurement, in one process; a JSON-ready dict with the two ratios."""
+    config = bench_config(settings).static
+    seeds = [config.replace(seed=s) for s in range(settings.runs)]
+    hyper = lm_train.LMHyper.stack(seeds)
+    held_out = lm_train.held_out_batch(config)
+
+    log("lm batch: compiling")
+    start = time.perf_counter()
+    states = lm_train._init_many(config, hyper)
+    states, _, _ = lm_train._advance_many(config, states, hyper, held_out)
+    jax.block_until_ready(states)
+    batch_compile = time.perf_counter() - start
+    holder = {"states": states}
+
+    def batched():
+        holder["states"], losses, _ = lm_train._advance_many(
+            config, holder["states"], hyper, held_out
+        )
+        return losses
+
+    log("lm loop: compiling")
+    one_step = jax.jit(partial(lm_train.step, config))
+    singles = [jax.tree.map(lambda x, r=r: x[r], states) for r in range(settings.runs)]
+    single_hyper = [jax.tree.map(lambda x, r=r: x[r], hyper) for r in range(settings.runs)]
+    jax.block_until_ready(one_step(singles[0], single_hyper[0]))
+
+    def looped():
+        out = None
+        for r in range(settings.runs):
+            state = singles[r]
+            for _ in range(settings.steps):
+                state, out = one_step(state, single_hyper[r])
+            singles[r] = state
+        return out
+
+    log("matmul peak: compiling")
+    matmul = matmul_rate(PEAK_MATMUL, settings.matmuls)
+
+    log(f"timing: {settings.repeats} interleaved rounds")
+    calls = {"batch": batched, "loop": looped, "matmul": matmul}
+    times = {name: [] for name in calls}
+    for _ in range(settings.repeats):
+        for name, fn in calls.items():
+            times[name].append(_timed(fn))
+    tokens = settings.runs * settings.steps * lm_train.tokens_per_step(config)
+    flops = settings.runs * settings.steps * lm_train.model_flops_per_step(config)
+    matmul_flops = settings.matmuls * 2.0 * PEAK_MATMUL**3
+    wall = {name: np.array([t[0] for t in ts]) for name, ts in times.items()}
+    cpu = {name: np.array([t[1] for t in ts]) for name, ts in times.items()}
+    speedup = float(np.median(wall["loop"] / wall["batch"]))
+    utilisation = float(np.median((flops / wall["batch"]) / (matmul_flops / wall["matmul"])))
+    cost = one_step.lower(singles[0], single_hyper[0]).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    result = {
+        "lm_speedup_vs_loop": speedup,
+        "lm_flop_utilisation": utilisation,
+        "cpu_time_ratios": {
+            "lm_speedup_vs_loop": float(np.median(cpu["loop"] / cpu["batch"])),
+            "lm_flop_utilisation": float(
+                np.median((flops / cpu["batch"]) / (matmul_flops / cpu["matmul"]))
+            ),
+        },
+        "tokens_per_second": {
+            "batch": float(tokens / np.median(wall["batch"])),
+            "loop": float(tokens / np.median(wall["loop"])),
+        },
+        "model_flops_per_step": lm_train.model_flops_per_step(config),
+        "xla_flops_per_step": float(cost.get("flops", float("nan"))) if cost else None,
+        "matmul_flops_per_second": float(matmul_flops / np.median(wall["matmul"])),
+        "batch_compile_seconds": batch_compile,
+        "settings": dataclasses.asdict(settings),
+        "config": {
+            k: getattr(config, k)
+            for k in ("seq_len", "d_model", "heads", "layers", "stride", "operator", "batch")
+        },
+        "platform": jax.default_backend(),
+    }
+    result["targets"] = {
+        name: {"value": result[name], "target": t, "met": bool(result[name] >= t)}
+        for name, t in TARGETS.items()
+    }
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    start = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(
+            f"lm_throughput [{time.perf_counter() - start:5.1f}s]: {message}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    print(json.dumps(run(QUICK if args.quick else FULL, log), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""Compressed causal attention as a flax.nnx layer (the decoder family's attention).
+
+Each head's keys and values are packed every `s` tokens into one entry by a compressor
+that applies the pure operators of `idealized.compression` (and `idealized.deepseek_v4`)
+window by window, so the toy and the decoder share one definition of each operator. A
+query at position `t` sees entry `w` only when its window is complete,
+`w < (t + 1) // s`, plus (optionally) the last `local_window` tokens uncompressed; one
+softmax runs over both. RoPE rotates queries and local keys to their own positions and
+each compressed key to its window's first position, `w * s`. The compressor `NoPool`
+keeps every token, which makes the layer standard causal attention (the dense control).
+
+Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s entries.
+
+Everything a study may want to change is an attribute: `compressor` (replace it),
+`local_window`, `rope_compressed`, `use_compressed` (switch a branch off). With
+`record=True` inside `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.trace`)
+the layer sows its compressed entries and attention weights.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float
+
+from . import compression
+from .deepseek_v4 import ape_pooling_weights, deepseek_v4, interleaved_rope
+
+Tokens = Float[Array, "B T D"]
+Heads = Float[Array, "B T H hd"]
+Entries = Float[Array, "B C H hd"]
+MASKED = -1e30  # a finite "minus infinity": rows with nothing visible stay finite (output 0)
+
+
+def _windows(y: Heads, stride: int) -> Float[Array, "B H C s hd"]:
+    batch, length, heads, width = y.shape
+    return y.reshape(batch, length // stride, stride, heads, width).transpose(0, 3, 1, 2, 4)
+
+
+def _pool_heads(operator, windows: Float[Array, "B H C s hd"], *params) -> Entries:
+    """`operator(windows[b, h], *params[h])` for every sequence b and head h, as `(B, C, H, hd)`."""
+    per_head = jax.vmap(operator)
+    pooled = jax.vmap(per_head, in_axes=(0,) + (None,) * len(params))(windows, *params)
+    return pooled.transpose(0, 2, 1, 3)
+
+
+class AbstractCompressor(nnx.Module):
+    """Per-head compression of a sequence's keys and values, `(B, T, H, hd)` to `(B, T//s, H, hd)`."""
+
+    stride: int
+
+    @abc.abstractmethod
+    def __call__(self, x: Tokens, keys: Heads, values: Heads) -> tuple[Entries, Entries]:
+        """Compressed keys and values (keys before RoPE) from the layer input `x` and its heads."""
+
+    def pooling_weights(self) -> Float[Array, "H s"] | None:
+        """Each head's weight per phase where the operator has one, else None."""
+        return None
+
+
+class NoPool(AbstractCompressor):
+    """Every token is its own entry (stride 1): standard causal attention."""
+
+    def __init__(self):
+        self.stride = 1
+
+    def __call__(self, x, keys, values):
+        return keys, values
+
+
+class MeanPool(AbstractCompressor):
+    """`compression.mean_pool` per head, on keys and on values."""
+
+    def __init__(self, stride: int, heads: int):
+        self.stride, self.heads = stride, heads
+
+    def __call__(self, x, keys, values):
+        pool = lambda y: _pool_heads(compression.mean_pool, _windows(y, self.stride))  # noqa: E731
+        return pool(keys), pool(values)
+
+    def pooling_weights(self):
+        return jnp.full((self.heads, self.stride), 1.0 / self.stride, jnp.float32)
+
+
+class SoftmaxPool(AbstractCompressor):
+    """`compression.softmax_pool` with one learned logit per head and phase, shared by keys and values."""
+
+    def __init__(self, stride: int, heads: int, *, rngs: nnx.Rngs):
+        del rngs  # starts at uniform pooling, as the toy's operator
+        self.stride = stride
+        self.pooling_logits = nnx.Param(jnp.zeros((heads, stride), jnp.float32))
+
+    def __call__(self, x, keys, values):
+        logits = self.pooling_logits[...]
+        pool = lambda y: _pool_heads(compression.softmax_pool, _windows(y, self.stride), logits)  # noqa: E731
+        return pool(keys), pool(values)
+
+    def pooling_weights(self):
+        return jax.nn.softmax(self.pooling_logits[...], axis=-1)
+
+
+class MaxPool(AbstractCompressor):
+    """`compression.max_pool` with a learned per-head projection (identity at init)."""
+
+    def __init__(self, stride: int, heads: int, head_dim: int, *, rngs: nnx.Rngs):
+        del rngs
+        self.stride = stride
+        eye = jnp.eye(head_dim, dtype=jnp.float32)
+        self.projection = nnx.Param(jnp.broadcast_to(eye, (heads, head_dim, head_dim)))
+
+    def __call__(self, x, keys, values):
+        proj = self.projection[...]
+        pool = lambda y: _pool_heads(compression.max_pool, _windows(y, self.stride), proj)  # noqa: E731
+        return pool(keys), pool(values)
+
+
+class LowRank(AbstractCompressor):
+    """`compression.low_rank`: per phase `P_j = I/s + right_j left_j^T` (mean pooling at init)."""
+
+    def __init__(self, stride: int, heads: int, head_dim: int, rank: int, *, rngs: nnx.Rngs):
+        self.stride = stride
+        shape = (heads, stride, head_dim, rank)
+        self.left = nnx.Param(jnp.zeros(shape, jnp.float32))
+        right = jax.random.normal(rngs.params(), shape, jnp.float32) / jnp.sqrt(head_dim)
+        self.right = nnx.Param(right)
+
+    def __call__(self, x, keys, values):
+        left, right = self.left[...], self.right[...]
+        pool = lambda y: _pool_heads(compression.low_rank, _windows(y, self.stride), left, right)  # noqa: E731
+        return pool(keys), pool(values)
+
+    def pooling_weights(self):
+        maps = jax.vmap(compression.phase_maps)(self.left[...], self.right[...])
+        power = jnp.sum(maps**2, axis=(-2, -1))
+        return power / jnp.sum(power, axis=-1, keepdims=True)
+
+
+class DeepSeekV4Pool(AbstractCompressor):
+    """`idealized.deepseek_v4` per head on the layer input: one entry serves as key and value.
+
+    Per head, `wkv` and `wgate` `(D, coff hd)` project the tokens and `ape` `(s, coff hd)` is
+    the learned position bias (`coff = 2` with `overlap`); the entry is the RMS-normalised
+    gated per-channel softmax pool (DeepSeek-V4 shares it between key and value; the layer
+    rotates the key copy to the window start). Gate and bias start at zero: uniform pooling.
+    """
+
+    def __init__(
+        self, stride: int, heads: int, d_model: int, head_dim: int, overlap: bool, *, rngs
+    ):
+        self.stride, self.overlap = stride, overlap
+        width = (2 if overlap else 1) * head_dim
+        wkv = jax.random.normal(rngs.params(), (heads, d_model, width), jnp.float32)
+        self.wkv = nnx.Param(wkv / jnp.sqrt(d_model))
+        self.wgate = nnx.Param(jnp.zeros((heads, d_model, width), jnp.float32))
+        self.ape = nnx.Param(jnp.zeros((heads, stride, width), jnp.float32))
+
+    def __call__(self, x, keys, values):
+        def one(tokens, wkv, wgate, ape):
+            return deepseek_v4(tokens, wkv, wgate, ape, ratio=self.stride, overlap=self.overlap)
+
+        per_head = jax.vmap(one, in_axes=(None, 0, 0, 0))
+        entries = jax.vmap(per_head, in_axes=(0, None, None, None))(
+            x, self.wkv[...], self.wgate[...], self.ape[...]
+        )
+        entries = entries.transpose(0, 2, 1, 3)
+        return entries, entries
+
+    def pooling_weights(self):
+        return jax.vmap(ape_pooling_weights, in_axes=(0, None))(self.ape[...], self.overlap)
+
+
+def make_compressor(
+    operator: str,
+    *,
+    stride: int,
+    heads: int,
+    d_model: int,
+    head_dim: int,
+    rank: int = 4,
+    overlap: bool = False,
+    rngs: nnx.Rngs,
+) -> AbstractCompressor:
+    """A fresh compressor by operator name (`lm_config.LM_OPERATORS`)."""
+    match operator:
+        case "none":
+            return NoPool()
+        case "mean_pool":
+            return MeanPool(stride, heads)
+        case "softmax_pool":
+            return SoftmaxPool(stride, heads, rngs=rngs)
+        case "max_pool":
+            return MaxPool(stride, heads, head_dim, rngs=rngs)
+        case "low_rank":
+            return LowRank(stride, heads, head_dim, rank, rngs=rngs)
+        case "deepseek_v4":
+            return DeepSeekV4Pool(stride, heads, d_model, head_dim, overlap, rngs=rngs)
+    raise ValueError(f"unknown operator {operator!r}")
+
+
+def rotate(y: Heads, positions: Float[Array, " T"], rope_dim: int) -> Heads:
+    """RoPE (interleaved pairs) on the last `rope_dim` channels of every head, token `i` at `positions[i]`."""
+    if rope_dim == 0:
+        return y
+    batch, length, heads, width = y.shape
+    tail = y[..., width - rope_dim :].transpose(1, 0, 2, 3).reshape(length, -1, rope_dim)
+    rotated = jax.vmap(lambda rows: interleaved_rope(rows, positions), in_axes=1, out_axes=1)(tail)
+    rotated = rotated.reshape(length, batch, heads, rope_dim).transpose(1, 0, 2, 3)
+    return jnp.concatenate([y[..., : width - rope_dim], rotated], axis=-1)
+
+
+def compressed_visibility(length: int, stride: int) -> Float[Array, "T C"]:
+    """`mask[t, w] = w < (t + 1) // s`: a query sees only complete windows."""
+    t = jnp.arange(length, dtype=jnp.int32)[:, None]
+    w = jnp.arange(length // stride, dtype=jnp.int32)[None, :]
+    return w < (t + 1) // stride
+
+
+def local_visibility(length: int, window: int) -> Float[Array, "T T"]:
+    """`mask[t, u] = 0 <= t - u < window`: the last `window` tokens, the query's own included."""
+    t = jnp.arange(length, dtype=jnp.int32)[:, None]
+    u = jnp.arange(length, dtype=jnp.int32)[None, :]
+    return (u <= t) & (t - u < window)
+
+
+def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]:
+    """Softmax over the visible entries; a row with none visible is all zeros."""
+    scores = jnp.where(mask, scores, MASKED)
+    e = jnp.exp(scores - jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
+    e = jnp.where(mask, e, 0.0)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(total > 0, total, 1.0)
+
+
+class Attention(nnx.Module):
+    """Multi-head causal attention over compressed entries and/or a local window of tokens.
+
+    Arguments:
+        d_model, heads: model width D and heads H (head width `D // H`).
+        compressor: the compressed branch (`None`: no compressed branch; `NoPool()`: dense).
+        local_window: the uncompressed branch sees the last `local_window` tokens (0: none).
+        rope_dim: RoPE channels per head.
+
+    Call: `x (B, T, D) -> (B, T, D)`; `T` a multiple of the compressor's stride.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        *,
+        compressor: AbstractCompressor | None,
+        local_window: int,
+        rope_dim: int,
+        rngs: nnx.Rngs,
+    ):
+        if compressor is None and local_window == 0:
+            raise ValueError("attention needs a compressed branch or a local window")
+        self.heads, self.head_dim = heads, d_model // heads
+        self.rope_dim = rope_dim
+        linear = lambda: nnx.Linear(d_model, d_model, use_bias=False, rngs=rngs)  # noqa: E731
+        self.query, self.key, self.value, self.out = linear(), linear(), linear(), linear()
+        self.compressor = compressor
+        self.local_window = local_window
+        self.use_compressed = compressor is not None
+        self.rope_compressed = True
+
+    def _heads(self, y: Tokens) -> Heads:
+        return y.reshape(*y.shape[:2], self.heads, self.head_dim)
+
+    def __call__(self, x: Tokens, *, record: bool = False) -> Tokens:
+        batch, length, _ = x.shape
+        positions = jnp.arange(length, dtype=jnp.float32)
+        q = rotate(self._heads(self.query(x)), positions, self.rope_dim)
+        k, v = self._heads(self.key(x)), self._heads(self.value(x))
+        scores, masks, values = [], [], []
+        scale = 1.0 / jnp.sqrt(jnp.float32(self.head_dim))
+        if self.use_compressed:
+            stride = self.compressor.stride
+            ck, cv = self.compressor(x, k, v)
+            if record:
+                self.sow(nnx.Intermediate, "compressed_keys", ck)
+                self.sow(nnx.Intermediate, "compressed_values", cv)
+            if self.rope_compressed:
+                starts = jnp.arange(length // stride, dtype=jnp.float32) * stride
+                ck = rotate(ck, starts, self.rope_dim)
+            scores.append(jnp.einsum("bthd,bchd->bhtc", q, ck) * scale)
+            masks.append(compressed_visibility(length, stride))
+            values.append(cv)
+        if self.local_window:
+            kr = rotate(k, positions, self.rope_dim)
+            scores.append(jnp.einsum("bthd,buhd->bhtu", q, kr) * scale)
+            masks.append(local_visibility(length, self.local_window))
+            values.append(v)
+        mask = jnp.concatenate(masks, axis=-1)[None, None]
+        probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
+        if record:
+            self.sow(nnx.Intermediate, "attention", probs)
+        splits = [m.shape[-1] for m in masks]
+        parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)
+        heads = sum(
+            jnp.einsum("bhtc,bchd->bthd", p, val) for p, val in zip(parts, values, strict=True)
+        )
+        return self.out(heads.reshape(batch, length, -1))
+
+    def pooling_weights(self) -> Float[Array, "H s"] | None:
+        return self.compressor.pooling_weights() if self.use_compressed else None

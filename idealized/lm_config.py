@@ -1,0 +1,268 @@
+"""Frozen configs of the decoder family and its associative-recall task (plain scalars, validated).
+
+As `idealized.config` does for the toy: `LMConfig` is flat and its field names are the
+flags of `weakspots lm train`; `LMConfig.decoder` and `LMConfig.task` are the static
+structures the model and the task read; `LMConfig.static` resets the hyperparameters
+that travel as arrays (`LM_HYPER_FIELDS`), and is the compilation key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from .config import ConfigError
+
+LM_OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "low_rank", "deepseek_v4", "none")
+"""Compression operators of a compressed layer; `none` keeps every token (the dense control)."""
+LAYER_KINDS = ("dense", "sliding", "compressed")
+LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
+
+
+def _int_at_least(field: str, value, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(field, f"must be an integer >= {low}, got {value!r}")
+
+
+def _finite_at_least(field: str, value, low: float, strict: bool) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or (strict and value == low):
+        bound = f"> {low:g}" if strict else f">= {low:g}"
+        raise ConfigError(field, f"must be a finite number {bound}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The structure of one decoder (all fields static).
+
+    `layer_kinds`: one of `LAYER_KINDS` per layer. `dense` attends to every earlier token;
+    `sliding` to the last `window` tokens; `compressed` to the entries of complete windows
+    of `stride` tokens packed by `operator` (`overlap`: windows of `2 stride` tokens, as
+    DeepSeek-V4's CSA; `deepseek_v4` only), plus the last `local_window` tokens
+    uncompressed (0: none). `rope_dim` trailing channels of each head carry RoPE
+    (compressed entries at their window's first position); `mlp` is the MLP's hidden
+    width in multiples of `d_model` (0: no MLP); `rank` the rank of `low_rank`.
+    """
+
+    vocab: int
+    layer_kinds: tuple[str, ...] = ("sliding", "compressed")
+    d_model: int = 64
+    heads: int = 2
+    mlp: int = 0
+    stride: int = 4
+    operator: str = "mean_pool"
+    overlap: bool = False
+    window: int = 16
+    local_window: int = 0
+    rope_dim: int = 16
+    rank: int = 4
+
+    def __post_init__(self):
+        _int_at_least("vocab", self.vocab, 2)
+        for kind in self.layer_kinds:
+            if kind not in LAYER_KINDS:
+                raise ConfigError(
+                    "layout", f"layer kinds are {', '.join(LAYER_KINDS)}; got {kind!r}"
+                )
+        _int_at_least("layers", len(self.layer_kinds), 1)
+        _int_at_least("d_model", self.d_model, 2)
+        _int_at_least("heads", self.heads, 1)
+        if self.d_model % self.heads:
+            raise ConfigError("heads", f"must divide --d-model ({self.d_model}), got {self.heads}")
+        _int_at_least("mlp", self.mlp, 0)
+        _int_at_least("stride", self.stride, 1)
+        if self.operator not in LM_OPERATORS:
+            raise ConfigError(
+                "operator", f"must be one of {', '.join(LM_OPERATORS)}; got {self.operator!r}"
+            )
+        if not isinstance(self.overlap, bool):
+            raise ConfigError("overlap", f"must be true or false, got {self.overlap!r}")
+        if self.overlap and self.operator != "deepseek_v4":
+            raise ConfigError("overlap", f"applies to deepseek_v4 only, not {self.operator}")
+        _int_at_least("window", self.window, 1)
+        _int_at_least("local_window", self.local_window, 0)
+        _int_at_least("rope_dim", self.rope_dim, 0)
+        if self.rope_dim % 2 or self.rope_dim > self.head_dim:
+            raise ConfigError(
+                "rope_dim",
+                f"must be even and <= the head dimension ({self.head_dim}), got {self.rope_dim}",
+            )
+        _int_at_least("rank", self.rank, 1)
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def layers(self) -> int:
+        return len(self.layer_kinds)
+
+
+@dataclass(frozen=True)
+class RecallTask:
+    """Multi-query associative recall (all fields static).
+
+    A sequence of `seq_len` tokens holds a context of `context_len` tokens: filler tokens
+    (from `filler_vocab`) with `pairs` facts placed without overlap, each a key of
+    `key_len` tokens (all key tokens of a sequence distinct, from `key_vocab`) followed by
+    its value of `value_len` tokens (from `value_vocab`). Then every fact is queried once,
+    in random order: its key, then its value, which the model must predict.
+    """
+
+    seq_len: int = 128
+    pairs: int = 4
+    key_len: int = 1
+    value_len: int = 1
+    key_vocab: int = 64
+    value_vocab: int = 64
+    filler_vocab: int = 16
+
+    def __post_init__(self):
+        _int_at_least("pairs", self.pairs, 1)
+        _int_at_least("key_len", self.key_len, 1)
+        _int_at_least("value_len", self.value_len, 1)
+        _int_at_least("value_vocab", self.value_vocab, 2)
+        _int_at_least("filler_vocab", self.filler_vocab, 1)
+        _int_at_least("key_vocab", self.key_vocab, 1)
+        if self.key_vocab < self.pairs * self.key_len:
+            raise ConfigError(
+                "key_vocab",
+                f"must be >= --pairs x --key-len ({self.pairs * self.key_len}) for distinct keys, "
+                f"got {self.key_vocab}",
+            )
+        _int_at_least("seq_len", self.seq_len, 2)
+        if self.context_len < self.pairs * self.fact_len:
+            raise ConfigError(
+                "seq_len",
+                f"too short for {self.pairs} facts of {self.fact_len} tokens and their queries, "
+                f"got {self.seq_len}",
+            )
+
+    @property
+    def fact_len(self) -> int:
+        return self.key_len + self.value_len
+
+    @property
+    def context_len(self) -> int:
+        """Tokens before the queries: `seq_len - pairs * fact_len`."""
+        return self.seq_len - self.pairs * self.fact_len
+
+    @property
+    def vocab(self) -> int:
+        """Token ids: filler `[0, F)`, keys `[F, F + K)`, values `[F + K, F + K + V)`."""
+        return self.filler_vocab + self.key_vocab + self.value_vocab
+
+
+@dataclass(frozen=True)
+class LMConfig:
+    """Everything one decoder training run needs, flat, named as the flags of `weakspots lm train`.
+
+    `layout`: comma-separated layer kinds (`dense`, `sliding`, `compressed`), one per
+    layer; empty means DeepSeek-V4's order, the first layer sliding and the others
+    compressed. `--operator none` makes every compressed layer dense: the control,
+    whose phases are still counted modulo `stride`.
+
+    Training: AdamW (`lr`, `weight_decay` on matrices), linear warmup over `warmup` steps
+    then cosine decay to `lr / 10`, gradients clipped to global norm `clip`; `batch`
+    sequences per step. Evaluation: every `eval_every` steps the loss and accuracy on
+    `eval_batch` held-out sequences; at the end the per-phase protocol, `eval_samples`
+    sequences for every position the queried value can take (`sims.lm.evaluate`).
+    """
+
+    seq_len: int = 128
+    pairs: int = 4
+    key_len: int = 1
+    value_len: int = 1
+    key_vocab: int = 64
+    value_vocab: int = 64
+    filler_vocab: int = 16
+    layers: int = 2
+    layout: str = ""
+    d_model: int = 64
+    heads: int = 2
+    mlp: int = 0
+    stride: int = 4
+    operator: str = "mean_pool"
+    overlap: bool = False
+    window: int = 16
+    local_window: int = 0
+    rope_dim: int = 16
+    rank: int = 4
+    steps: int = 2000
+    batch: int = 32
+    eval_every: int = 100
+    eval_batch: int = 256
+    eval_samples: int = 16
+    eval_seed: int = 12345
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    warmup: int = 100
+    clip: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        _int_at_least("layers", self.layers, 1)
+        if self.layout and len(self.layer_kinds) != self.layers:
+            raise ConfigError(
+                "layout", f"names {len(self.layer_kinds)} layers but --layers is {self.layers}"
+            )
+        task, decoder = self.task, self.decoder  # validate both
+        if task.context_len % self.stride:
+            raise ConfigError(
+                "seq_len",
+                f"the context (--seq-len minus the queries: {task.context_len} tokens) must be "
+                f"a multiple of --stride ({self.stride})",
+            )
+        del decoder
+        _int_at_least("steps", self.steps, 1)
+        _int_at_least("batch", self.batch, 1)
+        _int_at_least("eval_every", self.eval_every, 1)
+        _int_at_least("eval_batch", self.eval_batch, 1)
+        _int_at_least("eval_samples", self.eval_samples, 1)
+        _int_at_least("eval_seed", self.eval_seed, 0)
+        _finite_at_least("lr", self.lr, 0.0, strict=True)
+        _finite_at_least("weight_decay", self.weight_decay, 0.0, strict=False)
+        _int_at_least("warmup", self.warmup, 0)
+        _finite_at_least("clip", self.clip, 0.0, strict=True)
+        _int_at_least("seed", self.seed, 0)
+
+    @property
+    def layer_kinds(self) -> tuple[str, ...]:
+        if self.layout:
+            return tuple(kind.strip() for kind in self.layout.split(","))
+        return (
+            ("sliding",) + ("compressed",) * (self.layers - 1)
+            if self.layers > 1
+            else ("compressed",)
+        )
+
+    @property
+    def task(self) -> RecallTask:
+        names = {f.name for f in dataclasses.fields(RecallTask)}
+        return RecallTask(**{k: getattr(self, k) for k in names})
+
+    @property
+    def decoder(self) -> DecoderConfig:
+        names = {f.name for f in dataclasses.fields(DecoderConfig)} - {"vocab", "layer_kinds"}
+        values = {k: getattr(self, k) for k in names}
+        return DecoderConfig(vocab=self.task.vocab, layer_kinds=self.layer_kinds, **values)
+
+    @property
+    def static(self) -> LMConfig:
+        """This config with every hyperparameter at its default: the compilation key."""
+        defaults = {f.name: f.default for f in dataclasses.fields(LMConfig)}
+        return dataclasses.replace(self, **{k: defaults[k] for k in LM_HYPER_FIELDS})
+
+    @property
+    def eval_times(self) -> int:
+        """Number of evaluation blocks: `eval_every` steps each, the last one possibly shorter."""
+        return -(-self.steps // self.eval_every)
+
+    @property
+    def compressed(self) -> bool:
+        """True when some layer reads compressed entries (not the dense control)."""
+        return self.operator != "none" and "compressed" in self.layer_kinds
+
+    def replace(self, **changes) -> LMConfig:
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,312 @@
+"""`weakspots lm train`: train small decoders with compressed attention and measure them per phase."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from weakspots.idealized.lm_config import LAYER_KINDS, LM_OPERATORS, LMConfig
+
+from . import common
+
+_DEFAULT = LMConfig()
+
+HELP = {
+    "seq_len": "tokens per sequence T (context plus the queries)",
+    "pairs": "key-value facts per sequence P",
+    "key_len": "tokens per key",
+    "value_len": "tokens per value",
+    "key_vocab": "key tokens (each sequence's key tokens are distinct)",
+    "value_vocab": "value tokens",
+    "filler_vocab": "filler tokens between the facts",
+    "layers": "decoder layers L",
+    "layout": f"comma-separated layer kinds ({', '.join(LAYER_KINDS)}); "
+    "default: first sliding, the rest compressed",
+    "d_model": "model width D",
+    "heads": "attention heads H",
+    "mlp": "MLP hidden width in multiples of D (0: no MLP)",
+    "stride": "tokens per compressed entry s (also the period phases are counted in)",
+    "operator": f"one of {', '.join(LM_OPERATORS)} (none: dense control)",
+    "overlap": "deepseek_v4: windows of 2s tokens with stride s, as CSA",
+    "window": "tokens a sliding layer sees",
+    "local_window": "uncompressed recent tokens a compressed layer also sees (0: none)",
+    "rope_dim": "RoPE channels per head",
+    "rank": "rank of low_rank's per-phase corrections",
+    "steps": "training steps",
+    "batch": "sequences per step",
+    "eval_every": "steps between held-out evaluations",
+    "eval_batch": "held-out sequences of the running evaluation",
+    "eval_samples": "final evaluation: sequences per position of the queried value",
+    "eval_seed": "seed of the held-out sequences",
+    "lr": "AdamW peak learning rate",
+    "weight_decay": "AdamW weight decay (matrices)",
+    "warmup": "linear warmup steps (then cosine decay to lr/10)",
+    "clip": "global gradient-norm clip",
+    "seed": "seed",
+}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "lm",
+        help="decoders with compressed attention trained from scratch (lm train)",
+        description="Small decoders with compressed attention on associative recall.",
+    )
+    verbs = parser.add_subparsers(dest="lm_verb", required=True, parser_class=type(parser))
+    train = verbs.add_parser(
+        "train",
+        help="train decoders (or --seeds K at once); per-phase accuracy",
+        description=(
+            "Train decoders with compressed attention on multi-query associative recall and "
+            "report accuracy by the phase of the queried value and key, by straddling, and "
+            "against position, with 95% Wilson intervals."
+        ),
+        epilog=common.examples(
+            "weakspots lm train --steps 400",
+            "weakspots lm train --pairs 8 --stride 4 --eval-samples 32 --seeds 4 --json > s4.json",
+            "weakspots lm train --pairs 8 --stride 4 --operator none --seeds 4  # dense control",
+        ),
+    )
+    add_lm_flags(train)
+    common.add_output_flags(train)
+    train.set_defaults(handler=run_train)
+    register_ablate(verbs)
+
+
+def add_lm_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per `LMConfig` field (`--seq-len`, `--stride`, ...), plus `--seeds K`."""
+    groups = {
+        "task": (
+            "seq_len",
+            "pairs",
+            "key_len",
+            "value_len",
+            "key_vocab",
+            "value_vocab",
+            "filler_vocab",
+        ),
+        "model": (
+            "layers",
+            "layout",
+            "d_model",
+            "heads",
+            "mlp",
+            "stride",
+            "operator",
+            "overlap",
+            "window",
+            "local_window",
+            "rope_dim",
+            "rank",
+        ),  # fmt: skip
+    }
+    grouped = {name for names in groups.values() for name in names}
+    groups["training"] = tuple(
+        f.name for f in dataclasses.fields(LMConfig) if f.name not in grouped
+    )
+    for title, names in groups.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            flag = "--" + name.replace("_", "-")
+            default = getattr(_DEFAULT, name)
+            if isinstance(default, bool):
+                group.add_argument(flag, action="store_true", help=HELP[name])
+            else:
+                group.add_argument(flag, type=type(default), default=default, help=HELP[name])
+    parser.add_argument("--seeds", type=int, default=None, help="train K seeds: seed .. seed+K-1")
+
+
+def lm_config(args: argparse.Namespace) -> LMConfig:
+    names = {f.name for f in dataclasses.fields(LMConfig)}
+    return LMConfig(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def run_train(args: argparse.Namespace) -> int:
+    base = lm_config(args)
+    seeds = common.seed_list(args)
+    from weakspots.sims.lm.evaluate import phase_summary, seed_spread
+    from weakspots.sims.lm.train import train_many
+    from weakspots.sims.progress import Progress
+
+    with Progress("lm train", "steps", enabled=common.progress_enabled(args)) as progress:
+        results = train_many([base.replace(seed=s) for s in seeds], progress=progress)
+    summaries = [r.summary() for r in results]
+    many = args.seeds is not None
+    out = json_report(base, seeds, summaries, many=many)
+    if many:
+        import numpy as np
+
+        out["pooled"] = phase_summary(base, np.stack([r.outcomes for r in results]))
+        out["seed_spread"] = seed_spread([s["phase_accuracy"] for s in summaries])
+    if args.json:
+        common.print_json(out)
+    else:
+        print(text_report(base, seeds, summaries, out.get("pooled")))
+    return 0
+
+
+def json_report(base: LMConfig, seeds: list[int], summaries: list[dict], *, many: bool) -> dict:
+    """`config` plus each metric: a value per run (a list over seeds when `many`)."""
+    out = {"config": dataclasses.asdict(base)}
+    if many:
+        out["seeds"] = seeds
+    for key in summaries[0]:
+        values = [s[key] for s in summaries]
+        out[key] = values if many else values[0]
+    return out
+
+
+def _phase_block(title: str, s: dict) -> str:
+    rows = [
+        [phase, acc, f"[{ci[0]:.3f}, {ci[1]:.3f}]", n, key_acc]
+        for phase, (acc, ci, n, key_acc) in enumerate(
+            zip(
+                s["phase_accuracy"],
+                s["phase_accuracy_ci"],
+                s["phase_samples"],
+                s["phase_accuracy_by_key_phase"],
+                strict=True,
+            )
+        )
+    ]
+    straddle = s["straddle_accuracy"]
+    return "\n".join(
+        [
+            title,
+            common.table(["value phase", "accuracy", "95% CI", "samples", "by key phase"], rows),
+            f"phase accuracy {common.sparkline(s['phase_accuracy'])}  mean {s['mean_accuracy']:.3f}  "
+            f"delta_max {s['delta_max']:.3f} (noise floor {s['delta_max_noise_floor']:.3f})  "
+            f"psc {s['psc']:.4f}  same window {straddle['same_window']['accuracy']:.3f}  "
+            f"straddling {straddle['straddling']['accuracy']:.3f}  "
+            f"period {s['position_spectrum']['dominant_period']:.3g}",
+            _near_line(s["near_query"]),
+        ]
+    )
+
+
+def _near_line(near: dict) -> str:
+    if not near["samples"]:
+        return "every fact is beyond the query's uncompressed reach"
+    return (
+        f"facts within the query's uncompressed reach ({near['reach']} tokens: value at "
+        f">= {near['first_value_start']}; left out above): accuracy {near['accuracy']:.3f}"
+    )
+
+
+def text_report(base: LMConfig, seeds: list[int], summaries: list[dict], pooled) -> str:
+    head = (
+        f"T={base.seq_len} P={base.pairs} layers={','.join(base.layer_kinds)} "
+        f"d={base.d_model} H={base.heads} s={base.stride} {base.operator} "
+        f"lr={base.lr:g} steps={base.steps} batch={base.batch}"
+    )
+    blocks = [
+        _phase_block(
+            f"{head} seed={seed}  (final loss {s['final_loss']:.4f}, {s['wall_seconds']:.1f}s, "
+            f"{s['tokens_per_second']:.0f} tokens/s)",
+            s,
+        )
+        for seed, s in zip(seeds, summaries, strict=True)
+    ]
+    if pooled is not None:
+        blocks.append(_phase_block(f"{head} pooled over seeds {seeds[0]}..{seeds[-1]}", pooled))
+    return "\n\n".join(blocks)
+
+
+# ----------------------------------------------------------------------------- lm ablate
+
+
+def register_ablate(verbs) -> None:
+    """`weakspots lm ablate`: the flags of `lm train`, plus `--no-patch` and `--cache`."""
+    ablate = verbs.add_parser(
+        "ablate",
+        help="causal interventions per layer x head x phase, and the mechanism verdict",
+        description=(
+            "Train decoders (or load them from --cache), then ablate each (layer, head), remove "
+            "the sliding window, the compressed branch, RoPE from the compressed keys, zero and "
+            "roll the learned position bias, and patch the queried fact's compressed entries "
+            "from a world where it sits at another phase. Accuracy drops per value phase with "
+            "95% intervals (paired, outcomes pooled over seeds), and the mechanism they support."
+        ),
+        epilog=common.examples(
+            "weakspots lm ablate --steps 400",
+            "weakspots lm ablate --pairs 4 --steps 1500 --seeds 4 --operator softmax_pool --json",
+        ),
+    )
+    add_lm_flags(ablate)
+    ablate.add_argument(
+        "--no-patch", action="store_true", help="skip activation patching (s more evaluations)"
+    )
+    ablate.add_argument(
+        "--cache", default=None, help="directory of trained decoders, reused by config"
+    )
+    common.add_output_flags(ablate)
+    ablate.set_defaults(handler=run_ablate)
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    base = lm_config(args)
+    seeds = common.seed_list(args)
+    if args.cache is not None:
+        import pathlib
+
+        try:
+            pathlib.Path(args.cache).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise common.UsageError(
+                f"--cache: cannot use {args.cache!r}: {error.strerror}"
+            ) from None
+    from weakspots.sims.lm import study
+    from weakspots.sims.lm.checkpoint import trained
+    from weakspots.sims.progress import Progress
+
+    enabled = common.progress_enabled(args)
+    with Progress("lm ablate: train", "steps", enabled=enabled) as progress:
+        results = trained(
+            [base.replace(seed=s) for s in seeds], directory=args.cache, progress=progress
+        )
+    import jax
+
+    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in results])
+    with Progress("lm ablate", "programs", enabled=enabled) as progress:
+        report = study.report(base, params, patch=not args.no_patch, progress=progress)
+    report["seeds"] = seeds
+    if args.json:
+        common.print_json(report)
+    else:
+        print(ablate_text(base, report))
+    return 0
+
+
+def ablate_text(base: LMConfig, report: dict) -> str:
+    """The `lm ablate` report as text: phase accuracy, effect maps, components, patching, verdict."""
+    import numpy as np
+
+    s = base.stride
+    phases = [f"phi={p}" for p in range(s)]
+    acc = report["phase_accuracy"]
+    parts = [
+        f"T={base.seq_len} P={base.pairs} layers={','.join(base.layer_kinds)} d={base.d_model} "
+        f"H={base.heads} s={base.stride} {base.operator} steps={base.steps} "
+        f"seeds={','.join(map(str, report['seeds']))}  (facts beyond the query's reach)",
+        f"phase accuracy {common.sparkline(acc)}  " + " ".join(f"{a:.3f}" for a in acc),
+    ]
+    for layer, kind in enumerate(base.layer_kinds):
+        rows = [[f"h{h}", *report["effect"][layer][h]] for h in range(base.heads)]
+        parts.append(
+            f"ablation drop, layer {layer} ({kind})\n" + common.table(["head", *phases], rows)
+        )
+    rows = [[c["name"], *c["drop"]] for c in report["components"]]
+    parts.append("component drop\n" + common.table(["intervention", *phases], rows))
+    patch = report["patch"]
+    if patch is not None:
+        rows = [[f"clean phi={p}", *patch["patched"][p]] for p in range(s)]
+        parts.append(
+            f"accuracy with the fact's entries (layer {patch['layer']}) patched from a world "
+            "where its value sits at phase ...\n" + common.table(["", *phases], rows)
+        )
+    margins = report.get("margins")
+    if margins is not None:
+        gains = ", ".join(f"{g:.1f}" for g in np.mean(margins["gain"], axis=0))
+        parts.append(f"effective gain per head (s x mean attention margin, over seeds): {gains}")
+    parts.append(f"mechanism: {report['verdict']} -- {report['shown_by']}")
+    return "\n\n".join(parts)

@@ -1,0 +1,155 @@
+"""The toy's predictions held against the decoders: chunk count, stride, weight decay, support.
+
+Each prediction comes from the toy's theory (`theory`), applied to a decoder design of
+`sims.lm.study` (facts beyond the first query's reach; `delta_max` pooled over two seeds,
+with its 95% noise floor):
+
+* chunk count `N = context / s` at fixed stride (mean pooling, s = 8, T = 64 and 128): the
+  toy's weak spot comes from learned pooling weights, so fixed uniform pooling has none at
+  any `N` (`delta_max` 0 within its noise floor);
+* stride at fixed `T` (mean pooling, s = 4 and 8): the field's claim, larger stride,
+  larger amplitude (`delta_max` at s = 8 above s = 4 beyond the noise floors);
+* support size of the learned per-phase pooling (softmax pooling, s = 8): the toy's
+  threshold `N_c = 1 + exp(beta / s)` for H >= 2 heads (`theory.critical_chunks`) at the
+  decoder's measured effective gain `beta` says whether uniform pooling is unstable, and
+  `theory.predicted_support_size` (d = inf flow) the support it reaches; measured:
+  phases above `1/(2s)` per head (`idealized.metrics.support_size`), mean over heads and
+  seeds;
+* weight decay (0.1 against 0, softmax pooling): the toy's learned-gain race says weight
+  decay tips the gain into specialisation, so the support shrinks.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from weakspots import theory
+from weakspots.idealized import metrics
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.lm_mechanism import KEPT, chunks, compressed_weights
+from weakspots.sims.lm import study
+
+TOY_DESIGNS = ("mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd")
+
+
+def run(budget: Budget) -> dict:
+    """Each design's `lm ablate` report (`sims.lm.study.reports` at the budget's size)."""
+    found = study.reports(TOY_DESIGNS, budget.name)
+    return {
+        "size": budget.name,
+        "designs": {n: {k: r.get(k) for k in KEPT} for n, r in found.items()},
+    }
+
+
+def delta(report: dict) -> float:
+    acc = report["phase_accuracy"]
+    return float(max(acc) - min(acc))
+
+
+def gain(report: dict) -> float:
+    """The compressed layer's effective gain, mean over seeds and heads."""
+    return float(np.mean(report["margins"]["gain"]))
+
+
+def measured_support(report: dict) -> float:
+    """Phases above `1/(2s)` of the compressed layer's pooling, mean over seeds and heads."""
+    w = compressed_weights(report)
+    return math.nan if w is None else float(np.mean(metrics.support_size(w)))
+
+
+def predict(budget: Budget, results: dict) -> dict:
+    """Toy: no weak spot for fixed pooling; N_c and the support size at the measured gain."""
+    del budget
+    designs = results["designs"]
+    out = {"fixed_pooling_delta_max": 0.0, "support": {}, "critical_chunks": {}}
+    for name in ("softmax_s8", "softmax_s8_wd"):
+        if name not in designs:
+            continue
+        r = designs[name]
+        s, n, beta = r["config"]["stride"], chunks(r["config"]), gain(r)
+        heads = r["config"]["heads"]
+        out["critical_chunks"][name] = float(theory.critical_chunks(beta, s, heads=heads))
+        if beta > 0:
+            sizes, probs, _ = theory.predicted_support_size(s, n, beta, samples=64)
+            out["support"][name] = float(np.sum(np.asarray(sizes) * np.asarray(probs)))
+        else:
+            out["support"][name] = float(s)  # no gain: nothing drives specialisation
+    return out
+
+
+def _config(name: str, r: dict) -> str:
+    c = r["config"]
+    return (
+        f"{name}: {c['operator']} s={c['stride']} T={c['seq_len']} N={chunks(c)} "
+        f"wd={c['weight_decay']} {c['steps']} steps, seeds {r['seeds']}"
+    )
+
+
+def rows(results: dict, predictions: dict) -> list[Row]:
+    d = results["designs"]
+    out = []
+    for name in ("mean_s8_T64", "mean_s8"):
+        r = d[name]
+        out.append(
+            Row(
+                "toy: fixed uniform pooling has no weak spot, at any N",
+                _config(name, r) + "; tolerance: 95% noise floor of delta_max",
+                kind="prediction",
+                predicted=predictions["fixed_pooling_delta_max"],
+                sgd=delta(r),
+                tolerance=d[name]["delta_max_noise_floor"],
+                floor=1.0,
+            )
+        )
+    small, large = d["mean_s4"], d["mean_s8"]
+    beyond = delta(large) - delta(small) > max(
+        large["delta_max_noise_floor"], small["delta_max_noise_floor"]
+    )
+    out.append(
+        Row(
+            "field: larger stride, larger weak spot (delta_max s=8 vs s=4)",
+            f"{_config('mean_s4', small)} | {_config('mean_s8', large)}; predicted: s=4's "
+            "delta_max as a lower bound; holds when s=8's exceeds it by more than the noise floor",
+            kind="prediction",
+            predicted=delta(small),
+            sgd=delta(large),
+            tolerance=math.inf,
+            holds=bool(beyond),
+        )
+    )
+    for name in ("softmax_s8", "softmax_s8_wd"):
+        r = d[name]
+        n = chunks(r["config"])
+        nc = predictions["critical_chunks"][name]
+        support = measured_support(r)
+        out.append(
+            Row(
+                "toy: support size of the learned per-phase pooling",
+                f"{_config(name, r)}; effective gain {gain(r):.2f}, toy N_c = {nc:.3g} "
+                f"({'unstable' if n > nc else 'stable'} uniform pooling at N = {n}); "
+                f"predicted: mean support of the d = inf flow; tolerance 1 phase",
+                kind="fit",  # the gain is the decoder's own
+                predicted=predictions["support"][name],
+                sgd=support,
+                tolerance=1.0 / max(predictions["support"][name], 1.0),
+            )
+        )
+    off, on = measured_support(d["softmax_s8"]), measured_support(d["softmax_s8_wd"])
+    out.append(
+        Row(
+            "toy: weight decay tips the learned gain into specialisation (support shrinks)",
+            f"{_config('softmax_s8_wd', d['softmax_s8_wd'])}; predicted: the support without "
+            "weight decay as an upper bound; holds when the support with it is smaller",
+            kind="prediction",
+            predicted=off,
+            sgd=on,
+            tolerance=math.inf,
+            holds=bool(on < off),
+        )
+    )
+    return out
+
+
+EXPERIMENT = Experiment("lm_toy", run, predict, rows, version=1, figure=drawn_in_figures)

@@ -1,0 +1,689 @@
+"""Causal interventions on trained decoders, resolved by layer, head and the queried value's phase.
+
+The decoder side of `weakspots ablate`. Every intervention is model surgery on a live
+decoder (`idealized.decoder.Decoder`), measured on the evaluation set of
+`sims.lm.evaluate` (the same sequences for every run and every intervention, so each
+drop is paired with the intact model sequence by sequence):
+
+* parameter edits (`Intervention.kind`), applied to the parameter state: `ablate_head`
+  zeroes one head's rows of a layer's output projection (its contribution to the
+  residual stream); `ablate_layer` zeroes the whole projection, which removes the sliding
+  window (a sliding layer) or the compressed branch (a compressed layer with no local
+  window); `zero_position_bias` sets a compressor's learned per-phase parameters to their
+  uniform value (`softmax_pool`'s logits, `deepseek_v4`'s `ape`, `low_rank`'s
+  corrections); `roll_position_bias` moves each phase's parameters to the next phase
+  (`new[phi] = old[phi - 1]`), so a weak spot carried by the bias moves with it;
+* switches of the attention layer: `no_rope_compressed` (compressed keys not rotated to
+  their window start), `no_compressed_branch` and `no_local_window` (one branch of a
+  compressed layer with both switched off);
+* activation patching (`patch_entries`): each evaluation sequence runs beside a copy of
+  itself with the queried fact moved to another phase of the same value window (the
+  "source" world; every other token identical), on one batch axis; the compressed
+  entries of the windows either copy of the fact touches are copied from the source
+  world into the clean one before the query reads them.
+
+Parameter edits share one compiled program (a leading "world" axis of edited states);
+each switch compiles once. Statistics count the facts beyond the first query's
+uncompressed reach (`sims.lm.evaluate.query_reach`), as the phase metrics do; drops are
+`clean - intervened` accuracy with 95% normal intervals on the paired per-sequence
+differences, outcomes pooled over seeds (per-seed drops beside them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from weakspots.idealized.attention import AbstractCompressor
+from weakspots.idealized.decoder import Decoder
+from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.metrics import WILSON_Z95
+from weakspots.idealized.recall import RecallBatch, placed_batch
+from weakspots.sims.lm.evaluate import (
+    EVAL_CHUNK,
+    config_evaluation_set,
+    grouped,
+    query_reach,
+    value_starts,
+)
+from weakspots.sims.lm.train import graphdef, jit, merge
+from weakspots.sims.progress import Progress
+
+PARAMETER_EDITS = ("ablate_head", "ablate_layer", "zero_position_bias", "roll_position_bias")
+SWITCHES = ("no_rope_compressed", "no_compressed_branch", "no_local_window")
+KINDS = PARAMETER_EDITS + SWITCHES
+POSITION_PARAMETERS = {  # operator -> (parameter names, the phase axis counted from the right)
+    "softmax_pool": (("pooling_logits",), -1),
+    "deepseek_v4": (("ape",), -2),
+    "low_rank": (("left", "right"), -3),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Intervention:
+    """One causal intervention: its `kind` (`KINDS`), the layer it edits, and a head where one applies."""
+
+    kind: str
+    layer: int
+    head: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown intervention {self.kind!r}; one of {', '.join(KINDS)}")
+        if (self.kind == "ablate_head") != (self.head is not None):
+            raise ValueError("a head is given for ablate_head, and only for it")
+
+    @property
+    def name(self) -> str:
+        head = f" head {self.head}" if self.head is not None else ""
+        return f"{self.kind} layer {self.layer}{head}"
+
+
+# ----------------------------------------------------------------------------- surgery
+
+
+def _attention(model: Decoder, layer: int):
+    return model.blocks[layer].attention
+
+
+def _edit_parameters(model: Decoder, intervention: Intervention, operator: str) -> None:
+    """Apply a parameter edit in place (arrays may carry leading run axes)."""
+    attention = _attention(model, intervention.layer)
+    if intervention.kind in ("ablate_head", "ablate_layer"):
+        kernel = attention.out.kernel
+        rows = slice(None)
+        if intervention.kind == "ablate_head":
+            width = attention.head_dim
+            rows = slice(intervention.head * width, (intervention.head + 1) * width)
+        kernel[...] = kernel[...].at[..., rows, :].set(0.0)
+        return
+    names, axis = POSITION_PARAMETERS[operator]
+    for name in names:
+        param = getattr(attention.compressor, name)
+        if intervention.kind == "zero_position_bias":
+            if name != "right":  # low_rank: left = 0 leaves P_j = I / s (mean pooling)
+                param[...] = jnp.zeros_like(param[...])
+        else:
+            param[...] = jnp.roll(param[...], 1, axis=axis)
+
+
+def _switch(model: Decoder, intervention: Intervention) -> None:
+    attention = _attention(model, intervention.layer)
+    if intervention.kind == "no_rope_compressed":
+        attention.rope_compressed = False
+    elif intervention.kind == "no_compressed_branch":
+        attention.use_compressed = False
+    else:
+        attention.local_window = 0
+
+
+def applies(config: LMConfig, intervention: Intervention) -> bool:
+    """Whether `intervention` means something for this design (e.g. a bias needs a learned one)."""
+    kinds = config.layer_kinds
+    if not 0 <= intervention.layer < len(kinds):
+        return False
+    kind = kinds[intervention.layer]
+    compressed = kind == "compressed" and config.operator != "none"
+    match intervention.kind:
+        case "ablate_head":
+            return 0 <= intervention.head < config.heads
+        case "ablate_layer":
+            return True
+        case "zero_position_bias" | "roll_position_bias":
+            return compressed and config.operator in POSITION_PARAMETERS
+        case "no_rope_compressed":
+            return compressed and config.rope_dim > 0
+        case "no_compressed_branch" | "no_local_window":
+            return compressed and config.local_window > 0
+    return False
+
+
+def edited_parameters(
+    config: LMConfig, params: nnx.State, intervention: Intervention | None
+) -> nnx.State:
+    """The parameter state after a parameter edit (`PARAMETER_EDITS`; None: unchanged).
+
+    `params` may be stacked over runs (leading axes); the edit acts on every run.
+    """
+    if intervention is None:
+        return params
+    if intervention.kind not in PARAMETER_EDITS:
+        raise ValueError(f"{intervention.kind} is a switch, not a parameter edit")
+    copy = jax.tree.map(lambda x: x, params)  # merge shares Variables with the state it reads
+    model = nnx.merge(graphdef(config.decoder), copy)
+    _edit_parameters(model, intervention, config.operator)
+    return nnx.split(model)[1]
+
+
+def component_interventions(config: LMConfig) -> list[Intervention]:
+    """Every component intervention that applies to the design, layer by layer.
+
+    Sliding layers: removed (`ablate_layer`). Compressed layers: the compressed branch
+    removed (`ablate_layer` without a local window, else `no_compressed_branch`, and
+    `no_local_window`), RoPE off the compressed keys, the learned position bias zeroed and
+    rolled. Dense layers: removed.
+    """
+    out = []
+    for layer, kind in enumerate(config.layer_kinds):
+        if kind != "compressed" or config.operator == "none":
+            out.append(Intervention("ablate_layer", layer))
+            continue
+        candidates = [
+            Intervention("no_compressed_branch", layer)
+            if config.local_window
+            else Intervention("ablate_layer", layer),
+            Intervention("no_local_window", layer),
+            Intervention("no_rope_compressed", layer),
+            Intervention("zero_position_bias", layer),
+            Intervention("roll_position_bias", layer),
+        ]
+        out.extend(i for i in candidates if applies(config, i))
+    return out
+
+
+def component_name(config: LMConfig, intervention: Intervention) -> str:
+    """A reader's name: `remove sliding window (layer 0)`, `zero position bias (layer 1)`, ..."""
+    kind = config.layer_kinds[intervention.layer]
+    names = {
+        "ablate_layer": {
+            "sliding": "remove sliding window",
+            "dense": "remove dense layer",
+            "compressed": "remove compressed branch"
+            if config.operator != "none"
+            else "remove dense layer",
+        }[kind],
+        "no_compressed_branch": "remove compressed branch",
+        "no_local_window": "remove local window",
+        "no_rope_compressed": "remove RoPE from compressed keys",
+        "zero_position_bias": "zero position bias",
+        "roll_position_bias": "roll position bias by one phase",
+    }
+    if intervention.kind == "ablate_head":
+        return f"ablate layer {intervention.layer} head {intervention.head}"
+    return f"{names[intervention.kind]} (layer {intervention.layer})"
+
+
+class PatchedEntries(AbstractCompressor):
+    """A compressor over two worlds on one batch axis: rows `[0, B)` clean, `[B, 2B)` their sources.
+
+    Entries of the clean rows at the windows marked in `windows` `(B, C)` are replaced by
+    the source rows' entries of the same windows; the source rows pass unchanged.
+    """
+
+    def __init__(self, inner: AbstractCompressor, windows):
+        self.inner, self.stride, self.windows = inner, inner.stride, windows
+
+    def __call__(self, x, keys, values):
+        entries = self.inner(x, keys, values)
+        rows = self.windows.shape[0]
+        mask = self.windows[:, :, None, None]
+
+        def patch(e):
+            clean, source = e[:rows], e[rows:]
+            return jnp.concatenate([jnp.where(mask, source, clean), source], axis=0)
+
+        return tuple(patch(e) for e in entries)
+
+    def pooling_weights(self):
+        return self.inner.pooling_weights()
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def first_query_correct(model: Decoder, batch: RecallBatch) -> jax.Array:
+    """Per sequence `(B,)`: every value token of the first query predicted (argmax)."""
+    hit = jnp.argmax(model(batch.tokens), axis=-1) == batch.targets
+    return jnp.all(hit | ~batch.first_query, axis=-1)
+
+
+def evaluation_key(config: LMConfig, index):
+    """The PRNG key of chunk `index` of the evaluation set (drawn as `sims.lm.evaluate` draws it)."""
+    return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.eval_seed), 1), index)
+
+
+@partial(jit, static_argnums=(0, 1))
+def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts, index):
+    """Outcomes `(W, R, K * chunk)` of W edited states of R runs, after the switches."""
+
+    def per_run(params):
+        model = merge(config.decoder, params)
+        for intervention in switches:
+            _switch(model, intervention)
+
+        def chunk(args):
+            rows, i = args
+            return first_query_correct(
+                model, placed_batch(evaluation_key(config, i), config.task, rows)
+            )
+
+        return jax.lax.map(chunk, (starts, index)).reshape(-1)
+
+    return jax.vmap(jax.vmap(per_run))(worlds)
+
+
+@partial(jit, static_argnums=(0, 1))
+def _patched_outcomes(
+    config: LMConfig, layer: int, params: nnx.State, starts, sources, windows, index
+):
+    """Clean rows with patched entries and the source rows: two `(R, K * chunk)` outcome arrays."""
+
+    def per_run(run_params):
+        def chunk(args):
+            rows, source_rows, patch, i = args
+            key = evaluation_key(config, i)
+            clean = placed_batch(key, config.task, rows)
+            source = placed_batch(key, config.task, source_rows)  # same draws, fact moved
+            both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), clean, source)
+            model = merge(config.decoder, run_params)
+            attention = _attention(model, layer)
+            attention.compressor = PatchedEntries(attention.compressor, patch)
+            correct = first_query_correct(model, both)
+            return correct[: rows.shape[0]], correct[rows.shape[0] :]
+
+        patched, source = jax.lax.map(chunk, (starts, sources, windows, index))
+        return patched.reshape(-1), source.reshape(-1)
+
+    return jax.vmap(per_run)(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The evaluation sequences an intervention study scores (the far facts' chunks).
+
+    `starts` `(K, chunk, P)` fact starts, `index` `(K,)` their chunk numbers in the
+    evaluation set (which fix their random draws), `value_start` / `key_start` `(K * chunk,)`
+    of the queried fact, `far` `(K * chunk,)` True where the fact counts (beyond the query's
+    reach; padding rows are False).
+    """
+
+    starts: np.ndarray
+    index: np.ndarray
+    value_start: np.ndarray
+    key_start: np.ndarray
+    far: np.ndarray
+
+
+def evaluation_rows(config: LMConfig) -> Rows:
+    """The evaluation set of `config` in its chunks, keeping only chunks with a fact that counts."""
+    data = config_evaluation_set(config)
+    total = data.starts.shape[0]
+    padded = -(-total // EVAL_CHUNK) * EVAL_CHUNK
+    pad = padded - total
+    starts = np.concatenate([data.starts, np.repeat(data.starts[:1], pad, axis=0)])
+    value = np.concatenate([data.value_start, np.full(pad, -1)])
+    key = np.concatenate([data.key_start, np.full(pad, -1)])
+    positions = value_starts(config.task)
+    reach = query_reach(config)
+    limit = config.task.context_len - reach
+    if (positions < limit).sum() < config.stride:  # as evaluate.phase_summary: count everything
+        limit = config.task.context_len + 1
+    far = (value >= 0) & (value < limit)
+    chunks = far.reshape(-1, EVAL_CHUNK).any(axis=1)
+    keep = lambda a: a.reshape(-1, EVAL_CHUNK, *a.shape[1:])[chunks]  # noqa: E731
+    return Rows(
+        starts=keep(starts).astype(np.int32),
+        index=np.nonzero(chunks)[0].astype(np.int32),
+        value_start=keep(value).reshape(-1),
+        key_start=keep(key).reshape(-1),
+        far=keep(far).reshape(-1),
+    )
+
+
+def world_outcomes(
+    config: LMConfig,
+    params: nnx.State,
+    interventions: Sequence[Intervention | None],
+    rows: Rows | None = None,
+) -> np.ndarray:
+    """Outcomes `(len(interventions), R, K * chunk)` of stacked runs under each intervention.
+
+    `params`: parameter states stacked over R runs of `config.static`. None in
+    `interventions` is the intact model. Parameter edits run as worlds of one program;
+    each switch runs on its own.
+    """
+    config = config.static
+    rows = rows or evaluation_rows(config)
+    starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
+    out: list[np.ndarray | None] = [None] * len(interventions)
+    edits = [i for i, v in enumerate(interventions) if v is None or v.kind in PARAMETER_EDITS]
+    if edits:
+        states = [edited_parameters(config, params, interventions[i]) for i in edits]
+        worlds = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        outcomes = np.asarray(_world_outcomes(config, (), worlds, starts, index))
+        for j, i in enumerate(edits):
+            out[i] = outcomes[j]
+    for i, intervention in enumerate(interventions):
+        if out[i] is None:
+            worlds = jax.tree.map(lambda x: x[None], params)
+            out[i] = np.asarray(_world_outcomes(config, (intervention,), worlds, starts, index))[0]
+    return np.stack(out)
+
+
+def paired_drop(clean: np.ndarray, intervened: np.ndarray) -> tuple[float, list[float]]:
+    """Mean of `clean - intervened` (0/1 outcomes, paired) and its 95% normal interval."""
+    diff = clean.astype(np.float64) - intervened.astype(np.float64)
+    mean = float(diff.mean()) if diff.size else math.nan
+    if diff.size < 2:
+        return mean, [mean, mean]
+    half = WILSON_Z95 * float(diff.std(ddof=1)) / math.sqrt(diff.size)
+    return mean, [mean - half, mean + half]
+
+
+def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, stride: int) -> dict:
+    """Per phase, the paired drop pooled over runs, its interval and each run's drop.
+
+    `clean`, `intervened`: `(R, M)` outcomes; `phase`: `(M,)` labels in `range(stride)`
+    (rows with label -1 are left out). Returns `drop` (s,), `drop_ci` (s, 2),
+    `drop_per_seed` (R, s), `accuracy` (s,) and `accuracy_ci` (s, 2) of the intervened model.
+    """
+    drop, ci = np.zeros(stride), np.zeros((stride, 2))
+    per_seed = np.zeros((clean.shape[0], stride))
+    for p in range(stride):
+        sel = phase == p
+        drop[p], ci[p] = paired_drop(clean[:, sel].ravel(), intervened[:, sel].ravel())
+        per_seed[:, p] = clean[:, sel].astype(float).mean(axis=1) - intervened[:, sel].astype(
+            float
+        ).mean(axis=1)
+    labels = np.tile(np.where(phase >= 0, phase, 0), clean.shape[0])
+    counted = np.tile(phase >= 0, clean.shape[0])
+    acc = grouped(intervened.reshape(-1)[counted], labels[counted], stride)
+    return {
+        "drop": drop.tolist(),
+        "drop_ci": ci.tolist(),
+        "drop_per_seed": per_seed.tolist(),
+        "accuracy": acc["accuracy"].tolist(),
+        "accuracy_ci": acc["ci"].tolist(),
+    }
+
+
+def source_starts(
+    config: LMConfig, starts: np.ndarray, value_start: np.ndarray, phase: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queried fact moved so its value starts at `phase` of the same value window.
+
+    `starts` `(M, P)` (fact 0 queried first), `value_start` `(M,)`. Returns the moved
+    starts `(M, P)`, `valid` `(M,)` (the moved fact stays in the context and clear of the
+    other facts) and the patched windows `(M, C)`: every window either placement touches.
+    """
+    task, s = config.task, config.stride
+    kl, length = task.key_len, task.fact_len
+    moved_value = (value_start // s) * s + phase
+    moved = starts.copy()
+    moved[:, 0] = moved_value - kl
+    lo, hi = moved[:, :1], moved[:, :1] + length
+    others_lo, others_hi = starts[:, 1:], starts[:, 1:] + length
+    clear = np.all((others_hi <= lo) | (others_lo >= hi), axis=1)
+    valid = (moved[:, 0] >= 0) & (moved[:, 0] + length <= task.context_len) & clear
+    moved[~valid] = starts[~valid]
+    first = np.minimum(starts[:, 0], moved[:, 0]) // s
+    last = (np.maximum(starts[:, 0], moved[:, 0]) + length - 1) // s
+    windows = np.arange(config.seq_len // s)[None, :]
+    touched = (windows >= first[:, None]) & (windows <= last[:, None]) & valid[:, None]
+    return moved.astype(np.int32), valid, touched
+
+
+def patch_entries(
+    config: LMConfig, params: nnx.State, layer: int, rows: Rows | None = None
+) -> dict:
+    """Activation patching of compressed entries from a world where the fact sits at another phase.
+
+    For every source phase p' (the value moved to phase p' of its own window) and every
+    clean phase p: the accuracy with the touched entries of `layer` copied from the source
+    world (`patched[p][p']`), the source world's own accuracy (`source[p][p']`) and the
+    clean accuracy on the same sequences (`clean[p][p']`), pooled over runs, with counts
+    and 95% Wilson intervals; `restored[p][p'] = (patched - clean) / (source - clean)`
+    where the denominator exceeds its own interval (else None). Where p' = p the source
+    world equals the clean one, so patched = clean exactly (a check of the machinery).
+    """
+    config = config.static
+    rows = rows or evaluation_rows(config)
+    s = config.stride
+    chunk = rows.starts.shape[1]
+    flat_starts = rows.starts.reshape(-1, rows.starts.shape[-1])
+    clean_out = world_outcomes(config, params, [None], rows)[0]
+    phase = np.where(rows.far, rows.value_start % s, -1)
+    shape = (s, s)
+    patched, source, clean = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    counts = np.zeros(shape, np.int64)
+    patched_ci, source_ci = np.zeros((*shape, 2)), np.zeros((*shape, 2))
+    restored: list[list[float | None]] = [[None] * s for _ in range(s)]
+    for target in range(s):
+        moved, valid, windows = source_starts(config, flat_starts, rows.value_start, target)
+        out_patched, out_source = _patched_outcomes(
+            config,
+            layer,
+            params,
+            jnp.asarray(rows.starts),
+            jnp.asarray(moved.reshape(rows.starts.shape)),
+            jnp.asarray(windows.reshape(-1, chunk, windows.shape[-1])),
+            jnp.asarray(rows.index),
+        )
+        out_patched, out_source = np.asarray(out_patched), np.asarray(out_source)
+        for p in range(s):
+            sel = (phase == p) & valid
+            n = int(sel.sum()) * clean_out.shape[0]
+            counts[p, target] = n
+            if n == 0:
+                continue
+            hits = [a[:, sel].sum() for a in (out_patched, out_source, clean_out)]
+            patched[p, target], source[p, target], clean[p, target] = (h / n for h in hits)
+            ci = grouped(
+                np.concatenate([out_patched[:, sel].ravel(), out_source[:, sel].ravel()]),
+                np.repeat([0, 1], n),
+                2,
+            )["ci"]
+            patched_ci[p, target], source_ci[p, target] = ci
+            gap = source[p, target] - clean[p, target]
+            _, gap_ci = paired_drop(out_source[:, sel].ravel(), clean_out[:, sel].ravel())
+            if gap_ci[0] > 0 or gap_ci[1] < 0:
+                restored[p][target] = float((patched[p, target] - clean[p, target]) / gap)
+    return {
+        "layer": layer,
+        "patched": patched.tolist(),
+        "patched_ci": patched_ci.tolist(),
+        "source": source.tolist(),
+        "source_ci": source_ci.tolist(),
+        "clean": clean.tolist(),
+        "samples": counts.tolist(),
+        "restored": restored,
+    }
+
+
+def shifted_log_probs(model: Decoder, tokens, offsets: Sequence[int], stride: int) -> jax.Array:
+    """Mean over chunkings of the log-probabilities `(B, T, V)` of `tokens` `(B, T)`.
+
+    Chunking `o` (`0 <= o < stride`) puts `o` filler tokens (id 0) before the sequence and
+    `stride - o` after it (the length stays a multiple of the stride; a causal model never
+    sees the ones after), so every token moves `o` positions on and its phase with it.
+    """
+    length = tokens.shape[1]
+    fill = jnp.zeros((tokens.shape[0], stride), tokens.dtype)
+    padded = jnp.concatenate([fill, tokens, fill], axis=1)
+    total = 0.0
+    for o in offsets:
+        shifted = jax.lax.slice_in_dim(padded, stride - o, stride - o + length + stride, axis=1)
+        total = total + jax.nn.log_softmax(model(shifted)[:, o : o + length], axis=-1)
+    return total / len(offsets)
+
+
+@partial(jit, static_argnums=(0, 1))
+def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts, index):
+    """Outcomes `(R, K * chunk)` with the readout averaged over shifted chunkings."""
+
+    def per_run(run_params):
+        model = merge(config.decoder, run_params)
+
+        def chunk(args):
+            rows, i = args
+            batch = placed_batch(evaluation_key(config, i), config.task, rows)
+            logp = shifted_log_probs(model, batch.tokens, offsets, config.stride)
+            hit = jnp.argmax(logp, axis=-1) == batch.targets
+            return jnp.all(hit | ~batch.first_query, axis=-1)
+
+        return jax.lax.map(chunk, (starts, index)).reshape(-1)
+
+    return jax.vmap(per_run)(params)
+
+
+def ensemble_offsets(stride: int, ensemble: int) -> tuple[int, ...]:
+    """The shifts `k s // K` of an offset ensemble of K chunkings (as `theory.mitigations`)."""
+    return tuple(k * stride // ensemble for k in range(ensemble))
+
+
+def offset_ensemble(
+    config: LMConfig, params: nnx.State, ensemble: int, rows: Rows | None = None
+) -> dict:
+    """The offset-ensemble mitigation at inference: each sequence read under K chunkings.
+
+    Chunking k shifts every token `o_k = k s // K` positions on (o_k filler tokens before
+    the sequence, `s - o_k` after it, so the length stays a multiple of s), which moves a
+    fact at phase p to phase `(p + o_k) mod s`; the value is predicted from the mean
+    log-probability over the K readouts. `params` stacked over R runs. Returns the per-phase
+    drop against the intact model (`phase_drops`: negative where the ensemble helps),
+    `offsets`, and `cost`: forward passes per sequence (K).
+    """
+    config = config.static
+    rows = rows or evaluation_rows(config)
+    s = config.stride
+    offsets = ensemble_offsets(s, ensemble)
+    starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
+    clean = world_outcomes(config, params, [None], rows)[0]
+    out = np.asarray(_offset_outcomes(config, offsets, params, starts, index))
+    phase = np.where(rows.far, rows.value_start % s, -1)
+    return {"offsets": list(offsets), "cost": ensemble, **phase_drops(clean, out, phase, s)}
+
+
+def ablate_lm(
+    config: LMConfig,
+    params: nnx.State,
+    *,
+    patch: bool = True,
+    progress: Progress | None = None,
+) -> dict:
+    """Every intervention on stacked runs of one design, as plain values (`weakspots lm ablate --json`).
+
+    `params`: states stacked over R runs of `config.static` (their seeds). Returns
+    `phase_accuracy` (s,) and `phase_accuracy_ci` of the intact runs (far facts, pooled);
+    `effect` `(L, H, s)`: accuracy drop when head h of layer l is ablated, `effect_ci`
+    `(L, H, s, 2)`, `effect_per_seed` `(R, L, H, s)`; `components`: one entry per
+    component intervention (`name`, `kind`, `layer`, `drop`, `drop_ci`, `drop_per_seed`,
+    `accuracy`, `accuracy_ci`); `patch` (`patch_entries` on the first compressed layer,
+    None when there is none or `patch=False`); `pooling_weights` per layer `(R, H, s)`
+    or None; `samples` per phase; the first query's `straddle` split of the intact runs.
+    """
+    config = config.static
+    rows = evaluation_rows(config)
+    s, layers, heads = config.stride, config.layers, config.heads
+    phase = np.where(rows.far, rows.value_start % s, -1)
+    heads_list = [
+        Intervention("ablate_head", layer, h) for layer in range(layers) for h in range(heads)
+    ]
+    components = component_interventions(config)
+    planned = [None, *heads_list, *components]
+    compressed = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
+    do_patch = patch and config.compressed and bool(compressed)
+    if progress is not None and progress.total is None:
+        progress.plan(2 + len(components) + int(do_patch), warmups=2 + len(components))
+    edits = [i for i in planned if i is None or i.kind in PARAMETER_EDITS]
+    outcomes = dict(zip(edits, world_outcomes(config, params, edits, rows), strict=True))
+    if progress is not None:
+        progress.update(2, warmup=True)
+    for intervention in planned:
+        if intervention not in outcomes:
+            outcomes[intervention] = world_outcomes(config, params, [intervention], rows)[0]
+            if progress is not None:
+                progress.update(1, warmup=True)
+    clean = outcomes[None]
+    runs = clean.shape[0]
+    effect = np.zeros((layers, heads, s))
+    effect_ci = np.zeros((layers, heads, s, 2))
+    effect_seed = np.zeros((runs, layers, heads, s))
+    for item in heads_list:
+        d = phase_drops(clean, outcomes[item], phase, s)
+        effect[item.layer, item.head] = d["drop"]
+        effect_ci[item.layer, item.head] = d["drop_ci"]
+        effect_seed[:, item.layer, item.head] = d["drop_per_seed"]
+    labels = np.tile(np.where(phase >= 0, phase, 0), runs)
+    counted = np.tile(phase >= 0, runs)
+    intact = grouped(clean.reshape(-1)[counted], labels[counted], s)
+    key_phase = np.where(rows.far, rows.key_start % s, -1)
+    straddling = rows.key_start // s != (rows.key_start + config.task.fact_len - 1) // s
+    split = grouped(
+        clean[:, rows.far].reshape(-1), np.tile(straddling[rows.far], runs).astype(np.int64), 2
+    )
+    by_key = grouped(
+        clean.reshape(-1)[np.tile(key_phase >= 0, runs)],
+        np.tile(key_phase[key_phase >= 0], runs),
+        s,
+    )
+    model = merge(config.decoder, params)
+    weights = [None if w is None else np.asarray(w).tolist() for w in model.pooling_weights()]
+    out = {
+        "phase_accuracy": intact["accuracy"].tolist(),
+        "phase_accuracy_ci": intact["ci"].tolist(),
+        "phase_accuracy_by_key_phase": by_key["accuracy"].tolist(),
+        "phase_accuracy_by_key_phase_ci": by_key["ci"].tolist(),
+        "samples": intact["samples"].tolist(),
+        "straddle": {
+            name: {
+                "accuracy": float(split["accuracy"][i]),
+                "samples": int(split["samples"][i]),
+                "ci": split["ci"][i].tolist(),
+            }
+            for i, name in enumerate(("same_window", "straddling"))
+        },
+        "effect": effect.tolist(),
+        "effect_ci": effect_ci.tolist(),
+        "effect_per_seed": effect_seed.tolist(),
+        "components": [
+            {
+                "name": component_name(config, item),
+                "kind": item.kind,
+                "layer": item.layer,
+                **phase_drops(clean, outcomes[item], phase, s),
+            }
+            for item in components
+        ],
+        "pooling_weights": weights,
+        "patch": None,
+        "runs": runs,
+    }
+    if do_patch:
+        out["patch"] = patch_entries(config, params, compressed[0], rows)
+        if progress is not None:
+            progress.update(1, warmup=True)
+    return out
+
+
+__all__ = [
+    "KINDS",
+    "PARAMETER_EDITS",
+    "SWITCHES",
+    "Intervention",
+    "PatchedEntries",
+    "Rows",
+    "ablate_lm",
+    "applies",
+    "component_interventions",
+    "component_name",
+    "edited_parameters",
+    "ensemble_offsets",
+    "evaluation_key",
+    "evaluation_rows",
+    "first_query_correct",
+    "offset_ensemble",
+    "paired_drop",
+    "patch_entries",
+    "phase_drops",
+    "shifted_log_probs",
+    "source_starts",
+    "world_outcomes",
+]

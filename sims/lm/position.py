@@ -1,0 +1,82 @@
+"""Paper figure (a): accuracy against the queried value's position, compressed decoder beside the dense control.
+
+`configs(size)` lists the runs (seeds of one compressed design and of its dense control,
+`--operator none`, on the same task and budget); `run(size)` trains them and returns plain
+JSON-able results: per design, the outcomes pooled over seeds (`evaluate.phase_summary`:
+accuracy per position and per phase with Wilson intervals, `delta_max` and its noise
+floor, straddling) and each seed's phase accuracy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from weakspots.idealized.lm_config import LMConfig
+from weakspots.sims.lm.evaluate import phase_summary, seed_spread
+from weakspots.sims.lm.train import train_many
+from weakspots.sims.progress import Progress
+
+SIZES: dict[str, dict] = {
+    "tiny": dict(
+        config=dict(seq_len=32, pairs=2, d_model=16, heads=2, rope_dim=4, window=4,
+                    steps=4, eval_every=2, batch=4, eval_batch=8, eval_samples=1),
+        seeds=1,
+    ),
+    "quick": dict(
+        config=dict(seq_len=64, pairs=2, d_model=32, rope_dim=8, window=8, steps=400,
+                    eval_every=100, batch=32, eval_samples=8),
+        seeds=2,
+    ),
+    "full": dict(config=dict(steps=2000, eval_every=200, eval_samples=16), seeds=4),
+}  # fmt: skip
+"""Per size: the compressed design's `LMConfig` fields (the control adds `operator="none"`) and seeds."""
+
+
+def designs(size: str) -> dict[str, LMConfig]:
+    """The compressed design (the `LMConfig` defaults: mean pooling, s = 4) and its dense control."""
+    base = LMConfig(**SIZES[size]["config"])
+    return {"compressed": base, "dense": base.replace(operator="none")}
+
+
+def configs(size: str) -> list[LMConfig]:
+    seeds = range(SIZES[size]["seeds"])
+    return [c.replace(seed=s) for c in designs(size).values() for s in seeds]
+
+
+def run(size: str, progress: Progress | None = None) -> dict:
+    """Train every run of `configs(size)`; pooled and per-seed per-phase results per design."""
+    results = train_many(configs(size), progress=progress)
+    out = {"size": size, "designs": {}}
+    for name, config in designs(size).items():
+        mine = [r for r in results if r.config.static == config.static]
+        per_seed = [r.summary() for r in mine]
+        out["designs"][name] = {
+            "config": dataclasses.asdict(config),
+            "seeds": [r.config.seed for r in mine],
+            "pooled": phase_summary(config, np.stack([r.outcomes for r in mine])),
+            "phase_accuracy": [s["phase_accuracy"] for s in per_seed],
+            "delta_max": [s["delta_max"] for s in per_seed],
+            "seed_spread": seed_spread([s["phase_accuracy"] for s in per_seed]),
+            "final_loss": [s["final_loss"] for s in per_seed],
+            "wall_seconds": float(sum(r.wall_seconds for r in mine)),
+        }
+    return out
+
+
+def from_reports(compressed: dict, dense: dict) -> dict:
+    """`run`'s result shape from two saved `weakspots lm train --seeds K --json` reports."""
+    designs = {}
+    for name, report in (("compressed", compressed), ("dense", dense)):
+        designs[name] = {
+            "config": report["config"],
+            "seeds": report["seeds"],
+            "pooled": report["pooled"],
+            "phase_accuracy": report["phase_accuracy"],
+            "delta_max": report["delta_max"],
+            "seed_spread": report["seed_spread"],
+            "final_loss": report["final_loss"],
+            "wall_seconds": float(sum(report["wall_seconds"])),
+        }
+    return {"size": "reports", "designs": designs}

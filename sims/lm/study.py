@@ -1,0 +1,164 @@
+"""The decoder mechanism study: designs measured by every intervention, recorded or retrained.
+
+`DESIGNS` names the decoder designs of the mechanism table and of the toy-vs-decoder
+comparison, each as the `LMConfig` fields of its `weakspots lm ablate` command. `report`
+measures one design as `weakspots lm ablate --json` does (`interventions.ablate_lm`, the
+attention margins, the evidence and verdict of `mechanism`, the noise floor of its
+`delta_max`, the support size of its pooling weights).
+
+Sizes: `tiny` trains tiny decoders (for tests of the pipeline); `quick` reads the reports
+recorded in `docs/lm_runs/ablate_<name>.json` (each holds its config and seeds; the command
+is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
+minutes each on two CPU cores; `full` retrains every design and measures it again
+(trained decoders are kept in the `sims.lm.checkpoint` cache).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+from weakspots.idealized import metrics
+from weakspots.idealized.lm_config import LMConfig
+from weakspots.sims.lm import mechanism
+from weakspots.sims.lm.checkpoint import trained
+from weakspots.sims.lm.evaluate import delta_max_noise_floor
+from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
+from weakspots.sims.progress import Progress
+
+RECORDED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lm_runs"
+SEEDS = 2
+_RUN = dict(seq_len=128, pairs=4, d_model=64, steps=1000, eval_every=250)
+DESIGNS: dict[str, dict] = {
+    "mean_s8": dict(_RUN, stride=8, operator="mean_pool", steps=1500),
+    "softmax_s8": dict(_RUN, stride=8, operator="softmax_pool"),
+    "dsv4_s8": dict(_RUN, stride=8, operator="deepseek_v4"),
+    "mean_s8_k3": dict(_RUN, stride=8, operator="mean_pool", key_len=3),
+    "mean_s4": dict(_RUN, stride=4, operator="mean_pool"),
+    "mean_s8_T64": dict(_RUN, stride=8, operator="mean_pool", seq_len=64),
+    "softmax_s8_wd": dict(_RUN, stride=8, operator="softmax_pool", weight_decay=0.1),
+}
+"""Design name -> `LMConfig` fields (each trained with seeds 0 and 1)."""
+PATCHED = ("mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")  # the rest: --no-patch
+ENSEMBLES = (2, 4)  # offset-ensemble sizes K of the mitigation study
+TINY = dict(
+    seq_len=40, pairs=4, key_vocab=16, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
+    rope_dim=4, window=4, steps=8, eval_every=4, batch=4, eval_batch=8, eval_samples=1,
+)  # fmt: skip
+
+
+def config(name: str, size: str) -> LMConfig:
+    """The `LMConfig` of design `name` at `size` (tiny: the design on a tiny decoder)."""
+    fields = DESIGNS[name]
+    if size == "tiny":
+        keep = {k: v for k, v in fields.items() if k in ("stride", "operator", "key_len")}
+        fields = {**TINY, **keep, "weight_decay": fields.get("weight_decay", 0.0)}
+        context = 24 if name == "mean_s8_T64" else 32  # multiples of every stride here
+        fields["seq_len"] = context + TINY["pairs"] * (fields.get("key_len", 1) + 1)
+    return LMConfig(**fields)
+
+
+def report(
+    config: LMConfig, params, *, patch: bool = True, progress: Progress | None = None
+) -> dict:
+    """One design measured as `weakspots lm ablate --json` reports it (module docstring).
+
+    `params`: parameter states stacked over the seeds' runs of `config`.
+    """
+    out = ablate_lm(config, params, patch=patch, progress=progress)
+    out["config"] = dataclasses.asdict(config)
+    out["margins"] = mechanism.attention_margins(config, params)
+    found = mechanism.evidence(config, out)
+    out["evidence"] = found
+    out["verdict"] = mechanism.verdict(found)
+    out["shown_by"] = mechanism.shown_by(found)
+    return derived(out)
+
+
+def derived(out: dict) -> dict:
+    """`out` with the quantities derived from a report's own numbers added: the 95% noise
+    floor of its `delta_max` (`evaluate.delta_max_noise_floor` at the pooled accuracy and
+    the per-phase samples) and the support size per run and head of the compressed layer's
+    pooling weights (`idealized.metrics.support_size`; None without learned weights)."""
+    acc, samples = np.asarray(out["phase_accuracy"]), np.asarray(out["samples"])
+    pooled = float((acc * samples).sum() / max(samples.sum(), 1))
+    out["delta_max_noise_floor"] = delta_max_noise_floor(pooled, samples)
+    layer = out["margins"]["layer"] if out["margins"] else None
+    weights = out["pooling_weights"][layer] if layer is not None else None
+    out["support_size"] = None if weights is None else metrics.support_size(weights).tolist()
+    return out
+
+
+@functools.cache
+def measure(name: str, size: str) -> dict:
+    """Design `name` at `size`: trained (or loaded from the checkpoint cache) and measured
+    (memoised: experiments that share a design measure it once per process)."""
+    base = config(name, size)
+    seeds = 1 if size == "tiny" else SEEDS
+    runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    out = report(base, params, patch=name in PATCHED)
+    out["seeds"] = list(range(seeds))
+    return out
+
+
+def recorded(name: str) -> dict:
+    """The report of design `name` recorded in `docs/lm_runs/ablate_<name>.json`, checked
+    against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
+    path = RECORDED / f"ablate_{name}.json"
+    out = json.loads(path.read_text())
+    expected = dataclasses.asdict(config(name, "full"))
+    if out["config"] != expected:
+        changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
+        raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
+    found = mechanism.evidence(config(name, "full"), out)  # judged by today's rules
+    out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
+    return derived(out)
+
+
+def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
+    """The offset-ensemble mitigation on design `name`'s trained decoders, per ensemble size K
+    (`interventions.offset_ensemble`), with the intact per-phase accuracy beside it."""
+    base = config(name, size)
+    seeds = 1 if size == "tiny" else SEEDS
+    runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    intact = measure(name, size) if size == "tiny" else None
+    out = {
+        "config": dataclasses.asdict(base),
+        "seeds": list(range(seeds)),
+        "ensembles": {str(k): offset_ensemble(base, params, k) for k in ensembles},
+    }
+    if intact is not None:
+        out["phase_accuracy"] = intact["phase_accuracy"]
+    return out
+
+
+def recorded_mitigations(name: str) -> dict:
+    """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
+    path = RECORDED / f"mitigations_{name}.json"
+    out = json.loads(path.read_text())
+    if out["config"] != dataclasses.asdict(config(name, "full")):
+        raise ValueError(f"{path} records another config")
+    return out
+
+
+def reports(names, size: str) -> dict[str, dict]:
+    """Each design's report at `size` (module docstring)."""
+    if size == "quick":
+        return {n: recorded(n) for n in names}
+    return {n: measure(n, size) for n in names}
+
+
+if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.lm.study NAME ...
+    import sys
+
+    for design in sys.argv[1:]:
+        found = mitigations(design, "full")
+        (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
+        print(design, {k: v["accuracy"] for k, v in found["ensembles"].items()})

@@ -1,0 +1,345 @@
+"""Training many decoders at once: pure `init` / `step` / `advance`, vmapped over runs.
+
+As `sims.train` does for the toy: the structure of a run (`LMConfig.static`) is static,
+its hyperparameters (`lr`, `weight_decay`, `warmup`, `clip`, `seed`) travel as arrays
+(`LMHyper`), so one compiled program trains every seed of a sweep that shares a shape.
+A model is an `nnx.split` pair: the graph (static, one per structure) and the parameter
+state (one per run, stacked along a leading run axis). Steps run inside `lax.scan`,
+`eval_every` at a time; between blocks the host records the held-out loss and accuracy,
+stops on a non-finite loss, and reports progress. At the end every run is scored on the
+placement-controlled evaluation set of `sims.lm.evaluate`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Sequence
+from functools import partial
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jaxtyping import Array, Float, Int, PRNGKeyArray
+
+from weakspots.idealized.decoder import Decoder
+from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.recall import RecallBatch, sample_batch
+from weakspots.sims.progress import Progress
+from weakspots.sims.train import TrainingDiverged
+
+DTYPE = jnp.float32
+# The decoder's programs compile with XLA's default options rather than `idealized.xla.jit`'s:
+# the older CPU emitters that speed up the toy's sampler compile these programs about twice
+# as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
+jit = jax.jit
+FINAL_LR_FRACTION = 0.1  # the cosine schedule ends at lr / 10
+
+
+class LMHyper(eqx.Module):
+    """One run's (or, with a leading axis, many runs') shape-free hyperparameters."""
+
+    lr: Float[Array, "*R"]
+    weight_decay: Float[Array, "*R"]
+    warmup: Float[Array, "*R"]
+    clip: Float[Array, "*R"]
+    seed: Int[Array, "*R"]
+
+    @staticmethod
+    def stack(configs: Sequence[LMConfig]) -> LMHyper:
+        """Stack the hyperparameters of configs that share `LMConfig.static`."""
+        values = {k: [getattr(c, k) for c in configs] for k in LM_HYPER_FIELDS}
+        floats = {k: jnp.asarray(v, DTYPE) for k, v in values.items() if k != "seed"}
+        return LMHyper(**floats, seed=jnp.asarray(values["seed"], jnp.uint32))
+
+
+class LMState(eqx.Module):
+    params: nnx.State
+    opt_state: optax.OptState
+    key: PRNGKeyArray
+    step: Int[Array, ""]
+
+
+class LMHistory(eqx.Module):
+    """What a run records after each block of `eval_every` steps (leading axis E; runs in front).
+
+    `loss` is the mean training loss over the block; `eval_loss` and `eval_accuracy` are
+    measured on `eval_batch` held-out sequences (uniform placement), the accuracy on the
+    first query's value.
+    """
+
+    steps: Int[Array, " E"]
+    loss: Float[Array, " E"]
+    eval_loss: Float[Array, " E"]
+    eval_accuracy: Float[Array, " E"]
+
+
+@functools.lru_cache(maxsize=32)
+def graphdef(config: DecoderConfig) -> nnx.GraphDef:
+    """The static graph of every decoder of this structure."""
+    abstract = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
+    return nnx.split(abstract)[0]
+
+
+def merge(config: DecoderConfig, params: nnx.State) -> Decoder:
+    """A live decoder from one run's parameter state."""
+    return nnx.merge(graphdef(config), params)
+
+
+def learning_rate(config: LMConfig, hyper: LMHyper, step) -> Array:
+    """Linear warmup over `warmup` steps, then cosine decay to `FINAL_LR_FRACTION * lr`."""
+    step = step.astype(DTYPE)
+    warm = jnp.minimum(1.0, (step + 1.0) / jnp.maximum(hyper.warmup, 1.0))
+    span = jnp.maximum(config.steps - hyper.warmup, 1.0)
+    progress = jnp.clip((step - hyper.warmup) / span, 0.0, 1.0)
+    cosine = FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
+    return hyper.lr * warm * cosine
+
+
+def optimizer(hyper: LMHyper, lr) -> optax.GradientTransformation:
+    """Global-norm clipping, then AdamW with weight decay on the matrices (ndim >= 2)."""
+    matrices = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)  # noqa: E731
+    return optax.chain(
+        optax.clip_by_global_norm(hyper.clip),
+        optax.adamw(lr, weight_decay=hyper.weight_decay, mask=matrices),
+    )
+
+
+def init(config: LMConfig, hyper: LMHyper) -> LMState:
+    """The initial state of one run (vmap it over a stacked `LMHyper` for many)."""
+    k_model, k_data = jax.random.split(jax.random.key(hyper.seed))
+    params = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(params=k_model)))[1]
+    opt_state = optimizer(hyper, hyper.lr).init(params)
+    return LMState(params, opt_state, k_data, jnp.zeros((), jnp.int32))
+
+
+def sequence_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
+    """Mean cross-entropy of the scored next tokens (the queried values)."""
+    logits = merge(config.decoder, params)(batch.tokens)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
+    weights = batch.scored.astype(DTYPE)
+    return jnp.sum(losses * weights) / jnp.sum(weights)
+
+
+def step(config: LMConfig, state: LMState, hyper: LMHyper) -> tuple[LMState, Array]:
+    """One AdamW step on a fresh batch; steps past `config.steps` leave the state as is."""
+    key, k_batch = jax.random.split(state.key)
+    batch = sample_batch(k_batch, config.task, config.batch)
+    loss, grads = jax.value_and_grad(partial(sequence_loss, config))(state.params, batch)
+    opt = optimizer(hyper, learning_rate(config, hyper, state.step))
+    updates, opt_state = opt.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    new = LMState(params, opt_state, key, state.step + 1)
+    active = state.step < config.steps
+    new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
+    return new, jnp.where(active, loss, jnp.nan)
+
+
+def advance(config: LMConfig, state: LMState, hyper: LMHyper):
+    """`eval_every` steps inside `lax.scan`; returns the new state and each step's loss."""
+    return jax.lax.scan(lambda s, _: step(config, s, hyper), state, None, length=config.eval_every)
+
+
+def first_query_correct(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
+    """Per sequence, whether every value token of the first query is predicted (argmax)."""
+    logits = merge(config.decoder, params)(batch.tokens)
+    hit = jnp.argmax(logits, axis=-1) == batch.targets
+    return jnp.all(hit | ~batch.first_query, axis=-1)
+
+
+@partial(jit, static_argnums=0)
+def held_out_batch(config: LMConfig) -> RecallBatch:
+    """The `eval_batch` sequences of the running evaluation (uniform placement, `eval_seed`)."""
+    return sample_batch(jax.random.key(config.eval_seed), config.task, config.eval_batch)
+
+
+def _record(config: LMConfig, params: nnx.State, held_out: RecallBatch):
+    return (
+        sequence_loss(config, params, held_out),
+        jnp.mean(first_query_correct(config, params, held_out).astype(DTYPE)),
+    )
+
+
+@partial(jit, static_argnums=0)
+def _init_many(config: LMConfig, hyper: LMHyper) -> LMState:
+    return jax.vmap(partial(init, config))(hyper)
+
+
+@partial(jit, static_argnums=0, donate_argnums=1)
+def _advance_many(config: LMConfig, states: LMState, hyper: LMHyper, held_out: RecallBatch):
+    """`eval_every` steps of every run, then each run's held-out loss and accuracy."""
+    states, losses = jax.vmap(partial(advance, config))(states, hyper)
+    record = jax.vmap(partial(_record, config), in_axes=(0, None))(states.params, held_out)
+    return states, losses, record
+
+
+def run_batch(
+    config: LMConfig,
+    hyper: LMHyper,
+    *,
+    progress: Progress | None = None,
+    stop_on_divergence: bool = True,
+) -> tuple[LMHistory, nnx.State, np.ndarray]:
+    """Train R runs that share `config.static`; `hyper` has leading axis R.
+
+    Returns the stacked history `(R, E)`, the stacked final parameter states and the
+    per-step training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first
+    block in which some run's loss is not finite. `progress` (`sims.progress.Progress`)
+    gets the steps of each block, the first marked as carrying the compile.
+    `stop_on_divergence=False` trains every run to the end instead of raising.
+    """
+    config = config.static
+    held_out = held_out_batch(config)
+    states = _init_many(config, hyper)
+    records, step_losses, steps_done = [], [], []
+    for block in range(config.eval_times):
+        states, losses, record = _advance_many(config, states, hyper, held_out)
+        done = min(config.eval_every, config.steps - block * config.eval_every)
+        losses = np.asarray(losses)[:, :done]
+        if stop_on_divergence:
+            _raise_if_diverged(losses, hyper, block * config.eval_every)
+        step_losses.append(losses)
+        steps_done.append(block * config.eval_every + done)
+        records.append((losses.mean(axis=1), *map(np.asarray, record)))
+        if progress is not None:
+            progress.update(done, warmup=block == 0)
+    loss, eval_loss, eval_accuracy = (np.stack(x, axis=1) for x in zip(*records, strict=True))
+    runs = loss.shape[0]
+    steps = np.broadcast_to(np.asarray(steps_done), (runs, len(steps_done)))
+    history = LMHistory(steps, loss, eval_loss, eval_accuracy)
+    return history, states.params, np.concatenate(step_losses, axis=1)
+
+
+def _raise_if_diverged(losses: np.ndarray, hyper: LMHyper, first_step: int) -> None:
+    bad = ~np.isfinite(losses)
+    if bad.any():
+        run, offset = map(int, np.argwhere(bad)[0])
+        raise TrainingDiverged(
+            f"training diverged: loss is not finite at step {first_step + offset + 1} "
+            f"(run {run}, seed {int(np.asarray(hyper.seed)[run])}, "
+            f"lr {float(np.asarray(hyper.lr)[run]):g}); try a smaller --lr"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LMResult:
+    """One finished run: config, history, final parameters, the evaluation's outcomes, timing."""
+
+    config: LMConfig
+    history: LMHistory
+    params: nnx.State
+    step_loss: np.ndarray
+    outcomes: np.ndarray  # (M,) bool: the first query answered, per evaluation sequence
+    wall_seconds: float
+    tokens_per_second: float
+
+    @property
+    def model(self) -> Decoder:
+        return merge(self.config.decoder, self.params)
+
+    def summary(self) -> dict:
+        """The run's metrics as plain Python values (the `--json` keys of `weakspots lm train`)."""
+        from weakspots.sims.lm.evaluate import phase_summary
+
+        out = phase_summary(self.config, self.outcomes)
+        weights = [
+            None if w is None else np.asarray(w).tolist() for w in self.model.pooling_weights()
+        ]
+        out["pooling_weights"] = weights if any(w is not None for w in weights) else None
+        out["final_loss"] = float(self.history.loss[-1])
+        out["final_eval_accuracy"] = float(self.history.eval_accuracy[-1])
+        out["wall_seconds"] = self.wall_seconds
+        out["tokens_per_second"] = self.tokens_per_second
+        return out
+
+
+def train_many(configs: Sequence[LMConfig], *, progress: Progress | None = None) -> list[LMResult]:
+    """Train and evaluate every config, one compiled program per distinct `config.static`.
+
+    `progress` counts training steps (a batch of runs trained together counts once); if it
+    has no total yet, it is planned here.
+    """
+    from weakspots.sims.lm.evaluate import evaluate_many
+
+    groups: dict[LMConfig, list[int]] = {}
+    for i, config in enumerate(configs):
+        groups.setdefault(config.static, []).append(i)
+    if progress is not None and progress.total is None:
+        progress.plan(sum(s.steps for s in groups), warmups=len(groups))
+    results: list[LMResult | None] = [None] * len(configs)
+    for static, members in groups.items():
+        start = time.perf_counter()
+        history, params, step_loss = run_batch(
+            static, LMHyper.stack([configs[i] for i in members]), progress=progress
+        )
+        jax.block_until_ready(params)
+        train_seconds = time.perf_counter() - start
+        outcomes = evaluate_many(static, params)
+        wall = (time.perf_counter() - start) / len(members)
+        tokens = len(members) * static.steps * static.batch * static.seq_len
+        for r, i in enumerate(members):
+            take = lambda x, r=r: x[r]  # noqa: E731
+            results[i] = LMResult(
+                config=configs[i],
+                history=jax.tree.map(take, history),
+                params=jax.tree.map(take, params),
+                step_loss=step_loss[r],
+                outcomes=outcomes[r],
+                wall_seconds=wall,
+                tokens_per_second=tokens / train_seconds,
+            )
+    return results
+
+
+def train(config: LMConfig, **kwargs) -> LMResult:
+    """Train one decoder (a batch of one)."""
+    return train_many([config], **kwargs)[0]
+
+
+def model_flops_per_step(config: LMConfig) -> float:
+    """Matmul FLOPs of one training step (forward and backward, 3x the forward), by count.
+
+    Per token and layer: the four `D x D` projections, the MLP, and attention against
+    the entries it scores (`2 hd` per score and per weighted value, every head); plus the
+    unembedding. Pooling and elementwise work are not counted (as in MFU accounting).
+    """
+    d, T, V = config.d_model, config.seq_len, config.task.vocab
+    per_token = 2 * d * V
+    for kind in config.layer_kinds:
+        per_token += 2 * 4 * d * d + 2 * 2 * config.mlp * d * d
+        if kind == "dense" or (kind == "compressed" and config.operator == "none"):
+            slots = T
+        elif kind == "sliding":
+            slots = T  # computed densely, then masked
+        else:
+            slots = T // config.stride + (T if config.local_window else 0)
+        per_token += 2 * 2 * slots * d
+    return 3.0 * per_token * T * config.batch
+
+
+def tokens_per_step(config: LMConfig) -> int:
+    return config.batch * config.seq_len
+
+
+__all__ = [
+    "LMHistory",
+    "LMHyper",
+    "LMResult",
+    "LMState",
+    "advance",
+    "first_query_correct",
+    "graphdef",
+    "init",
+    "learning_rate",
+    "merge",
+    "model_flops_per_step",
+    "run_batch",
+    "sequence_loss",
+    "step",
+    "train",
+    "train_many",
+]

@@ -1,0 +1,107 @@
+"""`sims.lm.train`: many decoders under one compile, determinism, the schedule, the FLOP count."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from weakspots.idealized.decoder import Decoder
+from weakspots.idealized.lm_config import LMConfig
+from weakspots.sims.lm import train as lm_train
+
+TINY = LMConfig(
+    seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, layers=1, d_model=16, heads=2,
+    rope_dim=4, window=4, steps=6, eval_every=3, batch=4, eval_batch=8, eval_samples=1,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def batches():
+    """Run B (seed 1, another lr) trained beside A, then in the other slot beside C."""
+    a, b, c = TINY, TINY.replace(seed=1, lr=1e-2), TINY.replace(seed=2, warmup=2)
+    return lm_train.train_many([a, b]), lm_train.train_many([b, c])
+
+
+def test_a_run_does_not_depend_on_the_runs_batched_with_it(batches):
+    first, second = batches
+    np.testing.assert_array_equal(first[1].step_loss, second[0].step_loss)
+    np.testing.assert_array_equal(first[1].outcomes, second[0].outcomes)
+    assert not np.allclose(first[0].step_loss, first[1].step_loss)
+    assert not np.allclose(second[0].step_loss, second[1].step_loss)
+
+
+def test_hyperparameters_share_one_compiled_program(batches):
+    before = lm_train._advance_many._cache_size()
+    lm_train.train_many([TINY.replace(lr=5e-3, weight_decay=0.1, clip=0.5, seed=3), TINY])
+    assert lm_train._advance_many._cache_size() == before
+
+
+def test_summary_has_the_json_keys(batches):
+    summary = batches[0][0].summary()
+    for key in (
+        "phase_accuracy", "phase_accuracy_by_key_phase", "straddle_accuracy", "mean_accuracy",
+        "delta_max", "psc", "harmonic_spectrum", "pooling_weights", "final_loss",
+        "wall_seconds", "tokens_per_second",
+    ):  # fmt: skip
+        assert key in summary
+    assert len(summary["phase_accuracy"]) == TINY.stride
+    assert np.asarray(summary["pooling_weights"][0]).shape == (TINY.heads, TINY.stride)
+
+
+def test_learning_rate_schedule():
+    config = TINY.replace(steps=110)
+    hyper = lm_train.LMHyper.stack([config.replace(lr=1.0, warmup=10)])
+    hyper = jax.tree.map(lambda x: x[0], hyper)
+    lr = lambda s: float(lm_train.learning_rate(config, hyper, jnp.asarray(s)))  # noqa: E731
+    assert lr(0) == pytest.approx(0.1)
+    assert lr(9) == pytest.approx(1.0)
+    assert lr(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)), rel=1e-6)
+    assert lr(110) == pytest.approx(0.1)
+
+
+def jaxpr_dot_flops(fn, *args) -> float:
+    """2 x multiply-adds of every dot_general in the forward's jaxpr (nested jaxprs included)."""
+
+    def walk(jaxpr):
+        total = 0.0
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                (contract, _), _ = eqn.params["dimension_numbers"]
+                lhs = eqn.invars[0].aval.shape
+                total += (
+                    2.0 * np.prod(eqn.outvars[0].aval.shape) * np.prod([lhs[i] for i in contract])
+                )
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, tuple | list) else (value,):
+                    inner = getattr(sub, "jaxpr", None)  # a ClosedJaxpr's Jaxpr
+                    if inner is not None and hasattr(inner, "eqns"):
+                        total += walk(inner)
+                    elif hasattr(sub, "eqns"):
+                        total += walk(sub)
+        return total
+
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr)
+
+
+@pytest.mark.parametrize("layout", ["sliding,compressed", "dense,compressed"])
+def test_flop_count_matches_the_dots_of_the_forward(layout):
+    """`model_flops_per_step / 3` against the dot_generals XLA is given (mean pooling has none)."""
+    config = TINY.replace(layers=2, layout=layout, mlp=2)
+    graph, state = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(0)))
+    tokens = jnp.zeros((config.batch, config.seq_len), jnp.int32)
+    counted = jaxpr_dot_flops(lambda s, t: nnx.merge(graph, s)(t), state, tokens)
+    assert lm_train.model_flops_per_step(config) / 3 == pytest.approx(counted, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_tiny_decoder_learns_recall():
+    """A small decoder trained briefly answers most queries (chance is 1 / value_vocab)."""
+    config = LMConfig(
+        seq_len=64, pairs=2, d_model=32, heads=2, rope_dim=8, steps=600, eval_every=200,
+        batch=32, eval_samples=4, lr=3e-3,
+    )  # fmt: skip
+    result = lm_train.train(config)
+    assert result.history.eval_accuracy[-1] > 0.8

@@ -13,6 +13,8 @@ from weakspots.figures import (
     growth_rate,
     head_ablation,
     learned_gain,
+    lm_family,
+    lm_position,
     mitigations,
     operators,
     phase_diagram,
@@ -38,6 +40,8 @@ DRAWINGS = {
     _experiments.mitigations.EXPERIMENT: mitigations,
     _experiments.finite_d_accuracy.EXPERIMENT: finite_d_accuracy,
     _experiments.learned_gain.EXPERIMENT: learned_gain,
+    _experiments.lm_position.EXPERIMENT: lm_position,
+    _experiments.lm_family.EXPERIMENT: lm_family,
 }
 
 EXPERIMENTS = tuple(

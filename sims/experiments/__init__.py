@@ -35,6 +35,8 @@ from weakspots.sims.experiments import (
     learned_gain,
     learned_gain_end_state,
     linear_growth,
+    lm_family,
+    lm_position,
     mitigations,
     operators,
     phase_diagram,
@@ -93,6 +95,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     mitigations.EXPERIMENT,
     finite_d_accuracy.EXPERIMENT,
     learned_gain.EXPERIMENT,
+    lm_position.EXPERIMENT,
+    lm_family.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

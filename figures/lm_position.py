@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, SMALL, figure, legend_below, wilson_yerr
+from weakspots.figures.style import COLORS, figure, legend_below, wilson_yerr
 
 CAPTION = (
     "Decoders trained from scratch on multi-query associative recall: accuracy on the first query against the position of its value in the context (left) and by the value's phase p mod s (right), the compressed design (last layer reads only mean-pooled windows of s tokens) beside its dense control on the same task and budget.",
@@ -62,13 +62,12 @@ def make(results, predictions=None):
         left.axvline(boundary - 0.5, color="0.9", lw=0.6, zorder=0)
     near = designs["compressed"]["pooled"].get("near_query") or {}
     if near.get("first_value_start") is not None:
-        left.axvspan(near["first_value_start"] - 0.5, pos.max() + 0.5, color="0.93", zorder=0)
-        left.annotate(
-            "within the query's\nsliding window\n(not in phase stats)",
-            xy=(near["first_value_start"], 0.02),
-            xycoords=("data", "axes fraction"),
-            fontsize=SMALL,
-            color="0.35",
+        left.axvspan(
+            near["first_value_start"] - 0.5,
+            pos.max() + 0.5,
+            color="0.9",
+            zorder=0,
+            label="within the first query's sliding window (left out of the phase statistics)",
         )
     seeds = len(designs["compressed"]["seeds"])
     left.set_xlabel("position of the queried value (tokens)")

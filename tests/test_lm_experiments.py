@@ -30,7 +30,7 @@ def position_results(compressed_wrong, dense_wrong):
             "seeds": [0, 1],
             "pooled": summary(config, wrong),
         }
-    return {"designs": designs}
+    return {"size": "full", "designs": designs}
 
 
 def position_rows(results):
@@ -56,6 +56,11 @@ def test_position_rows_fail_for_a_phase_effect_in_the_control_or_another_period(
     rows = position_rows(position_results(lambda v: v % 8 == 0, lambda v: v % 4 == 1))
     assert not rows["dense control"].passed
     assert not rows["compressed"].passed and rows["compressed"].sgd == 8.0
+
+
+def test_the_period_row_is_made_at_full_size_only():
+    results = position_results(lambda v: v % 4 == 0, never)
+    assert set(position_rows({**results, "size": "quick"})) == {"dense control"}
 
 
 def test_family_rows_cover_the_dense_cells_only():

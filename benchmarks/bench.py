@@ -383,12 +383,18 @@ def sharding_worker(runs: int, steps: int, repeats: int) -> dict:
     for fn in calls.values():
         fn()  # compile
     times = interleaved(calls, repeats)
+    work = {name: runs * steps for name in calls}
     rates = {
         clock: {name: median_rate(runs * steps, t, clock) for name, t in times.items()}
         for clock in ("wall", "cpu")
     }
     return {
-        "sharding_speedup": rates["wall"]["two_devices"] / rates["wall"]["one_device"],
+        "sharding_speedup": paired_ratio(times, work, "two_devices", "one_device", "wall"),
+        # 1 when both do the same CPU work; then the wall speedup is the cores gained.
+        "sharding_cpu_ratio": paired_ratio(times, work, "two_devices", "one_device", "cpu"),
+        "sharding_cores_used": {
+            name: float(np.median([t.cpu / t.wall for t in ts])) for name, ts in times.items()
+        },
         "sharding_rates": rates,
     }
 
@@ -396,7 +402,7 @@ def sharding_worker(runs: int, steps: int, repeats: int) -> dict:
 def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) -> dict:
     """Every comparison, in one process; a JSON-ready dict (see the module docstring)."""
     platform = jax.default_backend()
-    start = time.perf_counter()
+    start, load_at_start = time.perf_counter(), os.getloadavg()
     training = bench_training(settings, log)
     flows = bench_flow(settings, log)
     sharding = bench_sharding(settings, log) if settings.sharding else {"sharding_speedup": None}
@@ -443,6 +449,8 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
         "settings": dataclasses.asdict(settings),
         "config": {"stride": 8, "chunks": 64, "dim": 64, "heads": 1, "batch": CANONICAL.batch},
         "bench_seconds": 0.0,
+        # 1-minute load at the start and the end: other jobs' claim on the same cores
+        "load_average": [load_at_start[0], os.getloadavg()[0]],
     }
     if platform != "cpu":
         result["absolute"] = {

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
 from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.task import chi_square, standard_normal
+from weakspots.idealized.task import chi_square, split_key, standard_normal
 from weakspots.idealized.xla import jit
 from weakspots.sims.train import DTYPE, Hyper, init
 
@@ -34,8 +34,8 @@ def draw(config: TrainConfig, key, steps: int):
     B, N, s, d = config.batch, config.chunks, config.stride, config.dim
 
     def one_step(key, _):
-        key, k_batch = jax.random.split(key)
-        k_keys, k_norm = jax.random.split(k_batch)
+        key, k_batch = split_key(key)
+        k_keys, k_norm = split_key(k_batch)
         gram = standard_normal(k_keys, (B, N, s), DTYPE)
         norm2 = chi_square(k_norm, d, (B,), DTYPE)
         return key, jnp.sum(gram) + jnp.sum(norm2)

@@ -111,7 +111,9 @@ class RetrievalModel(eqx.Module):
     def logits_from_gram(self, gram: Gram) -> Logits:
         """`z_h[c] = gain_h sum_j w_h[j] gram[c, j]`, exact for phase-weighted operators."""
         weights = self.compressor.phase_weights()
-        return self.gain[:, None] * jnp.einsum("hj,cj->hc", weights, gram)
+        # `gram @ w.T` contracts the gram's minor axis as it lies in memory; written as
+        # `w @ gram.T`, XLA:CPU copies every drawn gram into the transposed layout first.
+        return self.gain[:, None] * (gram @ weights.T).T
 
     def logits_from_keys(self, keys: Keys, query: Query) -> Logits:
         compressed = self.compressor(keys)

@@ -18,7 +18,10 @@ The norms come from `chi_square` (exact, no rejection loop: quicker to compile).
 The words come from `threefry_words`, the same Threefry-2x32 hash `jax.random.bits`
 applies, unrolled so that XLA fuses hash, normal map and scaling into one pass (on
 CPU jax lowers the hash as a loop, which writes the whole array out five times):
-the same bits, about twice as fast (`benchmarks/operator_step.py`).
+the same bits, about twice as fast (`benchmarks/operator_step.py`). The key splits and
+the needles' chunks and phases use the same unrolled hash (`split_key`,
+`random_integers`: bit for bit `jax.random.split` and `jax.random.randint`), since on
+CPU each rolled hash is a loop of small kernels that a training step runs a dozen times.
 """
 
 from __future__ import annotations
@@ -78,6 +81,50 @@ def _unrolled_threefry_applies(key: PRNGKeyArray, draws: int) -> bool:
     )
 
 
+def split_key(key: PRNGKeyArray, num: int = 2) -> PRNGKeyArray:
+    """`jax.random.split(key, num)` for one key, bit for bit, with the hash unrolled.
+
+    Partitionable Threefry splits by hashing the counters `(0, i)`: the `i`-th new key
+    is the pair of words `threefry_words` gives for draw `i`.
+    """
+    if key.shape or not _unrolled_threefry_applies(key, num):
+        return jax.random.split(key, num)
+    high, low = threefry_words(jax.random.key_data(key), num)
+    return jax.random.wrap_key_data(jnp.stack([high, low], axis=-1), impl=jax.random.key_impl(key))
+
+
+def random_integers(
+    key: PRNGKeyArray, shape: tuple[int, ...], minval: int, maxval: int
+) -> Int[Array, "*shape"]:
+    """`jax.random.randint(key, shape, minval, maxval)` (default integer type), bit for bit.
+
+    jax's construction: two words of the integer type's width from the two halves of a
+    split, reduced modulo the span as `(high % span) * (2**nbits % span) + low % span`;
+    here the words come from the unrolled hash.
+    """
+    dtype = jnp.dtype(jax.dtypes.canonicalize_dtype(int))
+    size = math.prod(shape)
+    if key.shape or not _unrolled_threefry_applies(key, max(size, 2)):
+        return jax.random.randint(key, shape, minval, maxval)
+    nbits = dtype.itemsize * 8
+    unsigned = jnp.dtype(f"uint{nbits}")
+    k_high, k_low = split_key(key)
+
+    def words(k):  # jax.random.bits(k, shape, unsigned) of partitionable Threefry
+        high, low = threefry_words(jax.random.key_data(k), size)
+        if nbits == 64:
+            wide = (high.astype(unsigned) << np.uint64(32)) | low.astype(unsigned)
+        else:
+            wide = high ^ low
+        return wide.reshape(shape)
+
+    span = np.asarray(max(maxval - minval, 1), unsigned)
+    multiplier = np.asarray(2 ** (nbits // 2) % int(span), unsigned)
+    multiplier = (multiplier * multiplier) % span
+    offset = ((words(k_high) % span) * multiplier + words(k_low) % span) % span
+    return (minval + offset.astype(dtype)).astype(dtype)
+
+
 def threefry_words(key_data: Array, draws: int) -> tuple[Array, Array]:
     """The high and low 32-bit words of `draws` 64-bit draws of partitionable Threefry-2x32.
 
@@ -108,7 +155,7 @@ def chi_square(key: PRNGKeyArray, dof: int, shape: tuple[int, ...], dtype=jnp.fl
     """
     if dof // 2 > MAX_ERLANG or not jax.config.jax_enable_x64 or jnp.dtype(dtype).itemsize > 4:
         return jax.random.chisquare(key, dof, shape, dtype)
-    k_exp, k_odd = jax.random.split(key)
+    k_exp, k_odd = split_key(key)
     words = random_words(k_exp, (*shape, dof // 2))
     one = jax.lax.bitcast_convert_type((words >> 9) | np.uint32(0x3F800000), jnp.float32)
     total = -2.0 * jnp.sum(jnp.log(2.0 - one), axis=-1)  # 2 - one = 1 - U lies in (0, 1]
@@ -149,20 +196,20 @@ def sample_batch(
 ) -> Batch:
     """`batch` needles; `phase=None` draws phases uniformly, else every needle sits at `phase`."""
     N, s, d = config.chunks, config.stride, config.dim
-    k_target, k_phase, k_keys, k_norm = jax.random.split(key, 4)
-    target = jax.random.randint(k_target, (batch,), 0, N)
+    k_target, k_phase, k_keys, k_norm = split_key(key, 4)
+    target = random_integers(k_target, (batch,), 0, N)
     if phase is None:
-        phases = jax.random.randint(k_phase, (batch,), 0, s)
+        phases = random_integers(k_phase, (batch,), 0, s)
     else:
         phases = jnp.full((batch,), phase, dtype=jnp.int32)
-    rows = jnp.arange(batch)
     if keys:
+        rows = jnp.arange(batch)
         x = standard_normal(k_keys, (batch, N, s, d), dtype) / jnp.sqrt(jnp.asarray(d, dtype))
         return Batch(target=target, phase=phases, keys=x, query=x[rows, target, phases])
     rope_norms = None
     if config.rope_anchor:  # |q|^2 = plain part + one chi^2_2 / d per rotary pair, exactly
         pairs = config.rope_dim // 2
-        k_norm, k_pairs = jax.random.split(k_norm)
+        k_norm, k_pairs = split_key(k_norm)
         plain = jnp.zeros((batch, 1), dtype)
         if d > config.rope_dim:
             plain = chi_square(k_norm, d - config.rope_dim, (batch, 1), dtype) / d
@@ -174,5 +221,5 @@ def sample_batch(
         norm2 = chi_square(k_norm, d, (batch,), dtype) / d
     scale = jnp.sqrt(norm2 / d)[:, None, None]
     gram = scale * standard_normal(k_keys, (batch, N, s), dtype)
-    gram = gram.at[rows, target, phases].set(norm2)
+    gram = gram.at[jnp.arange(batch), target, phases].set(norm2)
     return Batch(target=target, phase=phases, gram=gram, rope_norms=rope_norms)

@@ -10,7 +10,10 @@ counter-based random draw with a broadcast operand unvectorised, such as
 `scale[:, None, None] * standard_normal(key, (B, N, s))` in `idealized.task.sample_batch`,
 and that fusion dominates a training step. Results agree with XLA's defaults to float32
 rounding. `python -m weakspots.benchmarks.xla_options` times both settings
-(docs/performance.md). The option is CPU-only: other backends ignore it.
+(docs/performance.md). The option is XLA:CPU's, so it is passed only when jax's default
+backend is the CPU (`compiler_options()`); on a GPU or TPU a function compiles with XLA's
+defaults. The backend is read at a function's first call, never at import (that would
+start the backend before `jax.distributed.initialize`).
 
 Jax accepts compiler options on a top-level jit only, and refuses them where a jitted
 function is staged into another trace (called inside `jax.jit`, differentiated with
@@ -38,16 +41,40 @@ COMPILER_OPTIONS: dict[str, bool] = (
 )
 
 
-class _Compiled:
-    """A function compiled with `COMPILER_OPTIONS` where jax allows them, plainly elsewhere.
+def compiler_options() -> dict[str, bool]:
+    """`COMPILER_OPTIONS` when jax's default backend is the CPU; none on an accelerator."""
+    return COMPILER_OPTIONS if jax.default_backend() == "cpu" else {}
 
+
+class _Compiled:
+    """A function compiled with `compiler_options()` where jax allows them, plainly elsewhere.
+
+    The top-level program is built at the first call, once the backend is known.
     Attributes other than the call (`lower`, `trace`, `_cache_size`, ...) are the top-level
     program's; `__wrapped__` is the undecorated function.
     """
 
-    def __init__(self, fun, top, nested):
-        self._top, self._nested = top, nested
+    def __init__(self, fun, decorate, kwargs):
+        self._fun, self._decorate, self._kwargs = fun, decorate, kwargs
+        self._nested = decorate(fun, **kwargs)
+        self._top_program = None
         functools.update_wrapper(self, fun)
+
+    @property
+    def compiler_options(self) -> dict[str, bool]:
+        """The options the top-level program compiles with."""
+        return compiler_options()
+
+    @property
+    def _top(self):
+        if self._top_program is None:
+            options = self.compiler_options
+            self._top_program = (
+                self._decorate(self._fun, compiler_options=options, **self._kwargs)
+                if options
+                else self._nested
+            )
+        return self._top_program
 
     def __call__(self, *args, **kwargs):
         try:
@@ -58,10 +85,9 @@ class _Compiled:
         return self._nested(*args, **kwargs)
 
     def __getattr__(self, name):
-        top = self.__dict__.get("_top")
-        if top is None:  # not yet initialised (copy, pickle)
+        if "_nested" not in self.__dict__:  # not yet initialised (copy, pickle)
             raise AttributeError(name)
-        return getattr(top, name)
+        return getattr(self._top, name)
 
     def __get__(self, instance, owner=None):
         return self if instance is None else functools.partial(self, instance)
@@ -74,20 +100,18 @@ def _refused_options(error: ValueError) -> bool:
 
 
 def jit(fun=None, /, **kwargs):
-    """`jax.jit` with `COMPILER_OPTIONS`; use as `@jit` or `@partial(jit, static_argnums=...)`."""
+    """`jax.jit` with `compiler_options()`; use as `@jit` or `@partial(jit, static_argnums=...)`."""
     if fun is None:
         return lambda f: jit(f, **kwargs)
     if not COMPILER_OPTIONS:
         return jax.jit(fun, **kwargs)
-    top = jax.jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
-    return _Compiled(fun, top, jax.jit(fun, **kwargs))
+    return _Compiled(fun, jax.jit, kwargs)
 
 
 def filter_jit(fun=None, /, **kwargs):
-    """`equinox.filter_jit` with `COMPILER_OPTIONS`."""
+    """`equinox.filter_jit` with `compiler_options()`."""
     if fun is None:
         return lambda f: filter_jit(f, **kwargs)
     if not COMPILER_OPTIONS:
         return eqx.filter_jit(fun, **kwargs)
-    top = eqx.filter_jit(fun, compiler_options=COMPILER_OPTIONS, **kwargs)
-    return _Compiled(fun, top, eqx.filter_jit(fun, **kwargs))
+    return _Compiled(fun, eqx.filter_jit, kwargs)

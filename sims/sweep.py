@@ -9,8 +9,9 @@ equal, memory-sized batches whose run axis is split over a 1-D device mesh
 (`sims.train.run_batch(mesh=...)`, `sims.flow.solve_many(mesh=...)`), and
 every finished run is written to a `sims.store` at once, so a killed sweep resumes where
 it stopped. `--slice i/n` keeps every n-th run (from the i-th, 0-based) for batch
-schedulers; under `jax.distributed` the mesh spans every process's devices and process 0
-writes.
+schedulers (`slurm_array_slice` reads it from a Slurm job array); under `jax.distributed`
+(`start_distributed`) the mesh spans every process's devices, process 0 writes, and every
+wait on another process is bounded (`DistributedError`).
 
 Every run draws its randomness from its own seed, so its numbers do not depend on the
 batch it ran in, the slice, or the device count (up to float32 rounding: XLA:CPU may
@@ -20,8 +21,11 @@ round a partitioned program differently in the last bit, which chaotic runs ampl
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
+import os
+import sys
 import threading
 import time
 import tomllib
@@ -46,6 +50,7 @@ from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
 
 __all__ = [
+    "DistributedError",
     "Run",
     "SpecError",
     "SweepSpec",
@@ -54,12 +59,16 @@ __all__ = [
     "run_mesh",
     "run_sweep",
     "select_slice",
+    "slurm_array_slice",
+    "start_distributed",
 ]
 
 KINDS = ("train", "flow", "lm")
 MESH_AXIS = "runs"
-DEFAULT_MEMORY_BYTES = 2**30  # per device, for sizing batches
+MEMORY_FRACTION = 0.5  # of a device's free memory one batch may take (`device_memory_bytes`)
 MAX_RUNS_PER_DEVICE = 1024
+# A CPU device's vector units are full long before this; smaller batches commit runs sooner.
+CPU_MAX_RUNS_PER_DEVICE = 64
 
 
 class SpecError(ValueError):
@@ -209,6 +218,34 @@ def select_slice(runs: Sequence[Run], index: int, count: int) -> list[Run]:
     return list(runs[index::count])
 
 
+def slurm_array_slice(environ: Mapping[str, str] = os.environ) -> tuple[int, int] | None:
+    """`(index, count)` of this task in a Slurm job array, or None outside one.
+
+    Reads `SLURM_ARRAY_TASK_ID`, `SLURM_ARRAY_TASK_MIN` (default 0), `SLURM_ARRAY_TASK_STEP`
+    (default 1) and `SLURM_ARRAY_TASK_COUNT` (else `(MAX - MIN) / STEP + 1`): the array
+    `--array=M-K[:S]` gives task `M + i S` the share `i` of `(K - M) / S + 1`. An array
+    of listed ids (`--array=1,5,9`) has no such order: SpecError, pass `--slice`.
+    """
+    task = environ.get("SLURM_ARRAY_TASK_ID")
+    if task is None:
+        return None
+    try:
+        task, low = int(task), int(environ.get("SLURM_ARRAY_TASK_MIN", 0))
+        step = max(int(environ.get("SLURM_ARRAY_TASK_STEP", 1)), 1)
+        high = int(environ.get("SLURM_ARRAY_TASK_MAX", task))
+        count = int(environ.get("SLURM_ARRAY_TASK_COUNT", (high - low) // step + 1))
+    except ValueError:
+        raise SpecError("--slice: SLURM_ARRAY_TASK_* are not integers; pass --slice i/n") from None
+    index, off_grid = divmod(task - low, step)
+    regular = "SLURM_ARRAY_TASK_MAX" not in environ or (high - low) == (count - 1) * step
+    if off_grid or not regular or not 0 <= index < count:
+        raise SpecError(
+            f"--slice: Slurm array task {task} (min {low}, step {step}, count {count}) is not "
+            "task min + i * step of a regular array (--array=0-N[:S]); pass --slice i/n"
+        )
+    return index, count
+
+
 # ----------------------------------------------------------------------------- devices
 
 
@@ -218,6 +255,40 @@ def run_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
     return jax.make_mesh(
         (len(devices),), (MESH_AXIS,), axis_types=(jax.sharding.AxisType.Auto,), devices=devices
     )
+
+
+def device_memory_bytes(devices: Sequence[jax.Device] | None = None) -> int:
+    """Memory one batch may take per device: `MEMORY_FRACTION` of what is free.
+
+    An accelerator reports its memory (`Device.memory_stats()`: `bytes_limit -
+    bytes_in_use`); a CPU device reports none, so its share is the host's available
+    memory (`MemAvailable`, else physical memory) over this process's devices.
+    """
+    devices = list(jax.local_devices() if devices is None else devices)
+    stats = devices[0].memory_stats()
+    if stats and "bytes_limit" in stats:
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    else:
+        local = sum(d.process_index == jax.process_index() for d in devices) or 1
+        free = _host_available_bytes() // local
+    return max(1, int(MEMORY_FRACTION * free))
+
+
+def _host_available_bytes() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def runs_that_fit(run: Run, memory_bytes: int, platform: str = "cpu") -> int:
+    """Runs of `run`'s bucket that fit one device's `memory_bytes` (capped; on CPU lower)."""
+    most = CPU_MAX_RUNS_PER_DEVICE if platform == "cpu" else MAX_RUNS_PER_DEVICE
+    return min(most, max(1, memory_bytes // _bytes_per_run(run)))
 
 
 def _bytes_per_run(run: Run) -> int:
@@ -242,6 +313,131 @@ def batch_sizes(count: int, per_device: int, devices: int) -> list[int]:
     batches = -(-count // most)
     size = -(-count // batches)
     return [min(size, count - i * size) for i in range(batches)]
+
+
+# ----------------------------------------------------------------------------- processes
+
+DISTRIBUTED_TIMEOUT = 120.0  # seconds any process waits for the others (connect, barriers)
+TIMEOUT_ENV = "WEAKSPOTS_DISTRIBUTED_TIMEOUT"
+
+
+class DistributedError(RuntimeError):
+    """A process of a multi-process sweep did not arrive in time, or planned other runs."""
+
+
+def distributed_timeout(seconds: float | None = None) -> float:
+    """`seconds`, else `$WEAKSPOTS_DISTRIBUTED_TIMEOUT`, else `DISTRIBUTED_TIMEOUT`."""
+    if seconds is None:
+        seconds = float(os.environ.get(TIMEOUT_ENV, DISTRIBUTED_TIMEOUT))
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise SpecError(f"--distributed-timeout: must be a number of seconds > 0, got {seconds}")
+    return seconds
+
+
+def start_distributed(
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    *,
+    timeout: float = DISTRIBUTED_TIMEOUT,
+) -> None:
+    """Join a multi-process jax runtime (`jax.distributed.initialize`), waiting at most `timeout`.
+
+    Arguments left `None` are detected from the environment as jax does: Slurm
+    (`SLURM_JOB_ID`, `SLURM_STEP_NODELIST`, `SLURM_NTASKS`, `SLURM_PROCID`,
+    `SLURM_LOCALID`), Cloud TPU pods, Open MPI, Kubernetes; or `JAX_COORDINATOR_ADDRESS`.
+    The coordination service declares a process dead after `timeout` seconds without a
+    heartbeat, and waits as long at shutdown. jax aborts a process whose peers never
+    connect, so if the connection is not made within `timeout` this prints one line to
+    stderr and ends the process with status 1 (a watchdog thread). SpecError when the
+    coordinator cannot be determined.
+    """
+
+    def give_up() -> None:
+        who = "" if process_id is None else f" (process {process_id} of {num_processes})"
+        print(
+            f"weakspots sweep: error: --distributed: not every process connected to the "
+            f"coordinator {coordinator or '(auto-detected)'} within {timeout:g}s{who}; start "
+            f"all of them with the same --coordinator and --num-processes "
+            f"(wait longer: --distributed-timeout or ${TIMEOUT_ENV})",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+    watchdog = threading.Timer(timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=coordinator,
+            num_processes=num_processes,
+            process_id=process_id,
+            # jax's own deadline aborts the process: let the watchdog speak first.
+            initialization_timeout=int(timeout) + 60,
+            heartbeat_timeout_seconds=max(int(timeout), 10),
+            shutdown_timeout_seconds=max(int(timeout), 10),
+        )
+    except ValueError as err:  # no coordinator given and no cluster detected
+        raise SpecError(
+            f"--distributed: {err} No cluster was detected (Slurm, TPU pod, Open MPI, "
+            "Kubernetes): pass --coordinator HOST:PORT --num-processes N --process-id I"
+        ) from None
+    finally:
+        watchdog.cancel()
+
+
+_barriers = itertools.count()
+
+
+def _coordination_client():
+    # jax's own multi-host checkpointing waits on this client (jax.experimental.array_
+    # serialization); jax.experimental.multihost_utils.sync_global_devices cannot time out.
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def barrier(name: str, timeout: float = DISTRIBUTED_TIMEOUT) -> None:
+    """Wait until every process reaches the barrier `name`; DistributedError after `timeout`."""
+    if jax.process_count() == 1:
+        return
+    try:
+        _coordination_client().wait_at_barrier(
+            f"weakspots/{name}/{next(_barriers)}", int(timeout * 1000)
+        )
+    except jax.errors.JaxRuntimeError:
+        raise DistributedError(
+            f"process {jax.process_index()} of {jax.process_count()}: not every process "
+            f"reached '{name}' within {timeout:g}s (a process failed or is far behind; "
+            f"wait longer: --distributed-timeout or ${TIMEOUT_ENV})"
+        ) from None
+
+
+def agree_on_plan(runs: Sequence[Run], timeout: float = DISTRIBUTED_TIMEOUT) -> None:
+    """DistributedError unless every process is about to run the same runs, in order.
+
+    Processes that read different stores (no shared filesystem) or specs would otherwise
+    enter mismatched collectives and wait forever.
+    """
+    if jax.process_count() == 1:
+        return
+    digest = hashlib.sha256("\n".join(r.hash for r in runs).encode()).hexdigest()[:16]
+    client, me = _coordination_client(), jax.process_index()
+    key = f"weakspots/plan/{next(_barriers)}"
+    client.key_value_set(f"{key}/{me}", digest)
+    for other in range(jax.process_count()):
+        try:
+            theirs = client.blocking_key_value_get(f"{key}/{other}", int(timeout * 1000))
+        except jax.errors.JaxRuntimeError:
+            raise DistributedError(
+                f"process {me}: process {other} did not plan its runs within {timeout:g}s"
+            ) from None
+        if theirs != digest:
+            raise DistributedError(
+                f"process {me} and process {other} plan different runs: give every process "
+                "the same spec, --slice and --resume, and a --store on a filesystem they share"
+            )
 
 
 # ----------------------------------------------------------------------------- executing
@@ -337,6 +533,7 @@ class SweepReport:
     seconds: float
     buckets: int
     devices: int
+    written: int = 0  # runs this process wrote (process 0 writes for all)
 
     @property
     def runs_per_second(self) -> float:
@@ -350,8 +547,9 @@ def run_sweep(
     resume: bool = False,
     mesh: jax.sharding.Mesh | None = None,
     runs_per_device: int | None = None,
-    memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    memory_bytes: int | None = None,
     progress: Progress | None = None,
+    timeout: float = DISTRIBUTED_TIMEOUT,
 ) -> SweepReport:
     """Execute `runs` into the store at `store_dir`, one bucket (compiled program) at a time.
 
@@ -360,15 +558,18 @@ def run_sweep(
         store_dir: a `sims.store` directory; each run is written as soon as its batch ends.
         resume: skip runs already in the store (without it they are run and replaced).
         mesh: a 1-D device mesh (`run_mesh()`); `None` runs on the default device.
-        runs_per_device: batch size per device; default from `memory_bytes` per device.
+        runs_per_device: batch size per device; default: as many as fit `memory_bytes`.
+        memory_bytes: memory per device for one batch; default `device_memory_bytes()`.
         progress: a `sims.progress.Progress` in runs: planned here (runs already stored
             count as done), updated as each batch finishes.
+        timeout: seconds a process waits for the others at a barrier (several processes).
     Before any run starts, the store is checked to be writable (`store.prepare`) and one
     run of every training structure to fit in a device's memory (`train.check_memory`).
     A training run that diverges is stored with no metrics, `diverged = True` and its
     reason in `failure`, rather than stopping the sweep.
     Under several processes (`jax.distributed`) every process runs the same batches
-    and process 0 writes.
+    and process 0 writes; all check that they planned the same runs before starting and
+    leave together once the store is written (`DistributedError` if one does not arrive).
     """
     start = time.perf_counter()
     if jax.process_index() == 0:
@@ -378,14 +579,14 @@ def run_sweep(
         check_memory(run.config, 1)  # one run of every structure must fit, before any trains
     done = store.completed_hashes(store_dir) if resume else set()
     todo = [r for r in runs if r.hash not in done]
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        # Every process must have planned (read the store) before process 0 writes.
-        multihost_utils.sync_global_devices("weakspots sweep: planned")
+    # Every process must have planned (read the store) before process 0 writes: each
+    # waits for every other's plan.
+    agree_on_plan(todo, timeout)
     buckets: dict[Any, list[Run]] = {}
     for run in todo:
         buckets.setdefault(run.bucket, []).append(run)
+    if memory_bytes is None and runs_per_device is None:
+        memory_bytes = device_memory_bytes(None if mesh is None else mesh.devices.flat)
     writer = jax.process_index() == 0
     if progress is not None:
         progress.plan(len(runs), done=len(runs) - len(todo), warmups=len(buckets))
@@ -400,6 +601,7 @@ def run_sweep(
             raise
         for write in writes:
             write.result()  # re-raise a failed write
+    barrier("written", timeout)
     return SweepReport(
         total=len(runs),
         skipped=len(runs) - len(todo),
@@ -407,6 +609,7 @@ def run_sweep(
         seconds=time.perf_counter() - start,
         buckets=len(buckets),
         devices=devices,
+        written=len(todo) if writer else 0,
     )
 
 
@@ -431,9 +634,8 @@ def _execute(
 ) -> None:
     for members in buckets.values():
         kind = members[0].kind
-        per_device = runs_per_device or min(
-            MAX_RUNS_PER_DEVICE, max(1, memory_bytes // _bytes_per_run(members[0]))
-        )
+        platform = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+        per_device = runs_per_device or runs_that_fit(members[0], memory_bytes, platform)
         sizes = batch_sizes(len(members), per_device, devices)
         padded = -(-max(sizes) // devices) * devices
         offset = 0

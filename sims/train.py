@@ -33,7 +33,7 @@ from weakspots.idealized.loss import (
 )
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.model import RetrievalModel, init_model, run_keys
-from weakspots.idealized.task import Batch, sample_batch
+from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
 from weakspots.sims.progress import Progress
 
@@ -131,7 +131,7 @@ def init(config: TrainConfig, hyper: Hyper) -> TrainState:
 
 def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainState, Array]:
     """One SGD/Adam step on a fresh minibatch; steps past `config.steps` leave the state as is."""
-    key, k_batch = jax.random.split(state.key)
+    key, k_batch = split_key(state.key)
     model = state.model
     batch = sample_batch(k_batch, config.model, config.batch, keys=not model.uses_gram, dtype=DTYPE)
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -144,7 +144,7 @@ def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainSta
     new = TrainState(eqx.apply_updates(model, updates), opt_state, key, state.step + 1)
     active = state.step < config.steps
     new = jax.tree.map(lambda a, b: jnp.where(active, a, b), new, state)
-    return new, jnp.where(active, loss, jnp.nan)
+    return new, jnp.where(active, loss, jnp.full_like(loss, jnp.nan))
 
 
 def advance(config: TrainConfig, state: TrainState, hyper: Hyper):
@@ -418,14 +418,12 @@ def run_batch(
     states = _init_many(config, hyper)
     records, step_losses = [], []
     blocks = config.eval_times
-    for block in range(blocks + 1):
-        go = jnp.asarray(block < blocks)
-        states, losses, record = _advance_many(config, states, hyper, held_out, go)
-        records.append(record)
+
+    def finish(block: int, losses, record) -> None:  # on the host, while the next block computes
         if stop_on_divergence and config.learn_gain:
             _raise_if_gain_left(_to_host(record["gain"])[:runs], unsharded, block, config)
         if block == blocks:  # the final state's record: its steps were all past the end
-            break
+            return
         losses = _to_host(losses)[:runs]
         done = min(config.eval_every, config.steps - block * config.eval_every)
         losses = losses[:, :done]
@@ -434,6 +432,18 @@ def run_batch(
         step_losses.append(losses)
         if progress is not None:  # the first block's time includes the compile
             progress.update(done, warmup=block == 0)
+
+    # Each block is dispatched before the host reads the previous one's results, so the
+    # device never waits for the host; the last call only records the final state.
+    pending = None
+    for block in range(blocks + 1):
+        go = jnp.asarray(block < blocks)
+        states, losses, record = _advance_many(config, states, hyper, held_out, go)
+        records.append(record)
+        if pending is not None:
+            finish(block - 1, *pending)
+        pending = losses, record
+    finish(blocks, *pending)
     stacked = jax.tree.map(lambda *xs: np.stack([_to_host(x)[:runs] for x in xs], axis=1), *records)
     history = History(**stacked)
     models = states.model

@@ -7,6 +7,9 @@
 """
 
 import json
+import os
+import subprocess
+import sys
 
 import equinox as eqx
 import jax
@@ -23,7 +26,9 @@ from weakspots.idealized.task import (
     Batch,
     chi_square,
     normal_from_bits,
+    random_integers,
     random_words,
+    split_key,
     standard_normal,
 )
 from weakspots.sims import train as trainer
@@ -55,6 +60,23 @@ def test_random_words_are_the_bits_of_jax_random_bits(shape):
     fast = jax.jit(jax.vmap(lambda k: random_words(k, shape)))(keys)
     np.testing.assert_array_equal(np.asarray(fast), np.asarray(jax.vmap(reference)(keys)))
     assert fast.dtype == jnp.uint32
+
+
+@pytest.mark.parametrize("x64", [True, False], ids=["x64", "x32"])
+def test_unrolled_splits_and_integers_are_jax_random_bit_for_bit(x64):
+    """split_key = jax.random.split and random_integers = jax.random.randint (jitted, vmapped)."""
+    keys = jax.random.split(jax.random.key(11), 4)
+    spans = [((256,), 0, 64), ((7,), 0, 8), ((5, 3), 0, 1_000_003), ((33,), -5, 11), ((4,), 3, 3)]
+    with jax.enable_x64(x64):
+        for num in (2, 4):
+            fast = jax.jit(jax.vmap(lambda k, n=num: jax.random.key_data(split_key(k, n))))(keys)
+            slow = jax.vmap(lambda k, n=num: jax.random.key_data(jax.random.split(k, n)))(keys)
+            np.testing.assert_array_equal(fast, slow)
+        for shape, low, high in spans:
+            fast = jax.jit(jax.vmap(lambda k, a=shape, b=low, c=high: random_integers(k, a, b, c)))
+            slow = jax.vmap(lambda k, a=shape, b=low, c=high: jax.random.randint(k, a, b, c))
+            assert fast(keys).dtype == slow(keys).dtype
+            np.testing.assert_array_equal(fast(keys), slow(keys))
 
 
 def test_standard_normal_is_standard_normal():
@@ -112,6 +134,17 @@ def test_rng_limit_draws_with_the_trainers_keys():
     assert jax.random.key_impl(keys) == jax.random.key_impl(expected)
     sums = rng_limit.draw_many(config.static, keys, 2)
     assert sums.shape == (2, 2) and np.all(np.isfinite(sums))
+
+
+def test_trainer_program_is_float32_throughout():
+    """No float64 in the compiled training step and evaluation (the precision policy is x64)."""
+    config = TrainConfig(steps=2).static
+    hyper = trainer.Hyper.stack([config.replace(seed=s) for s in (0, 1)])
+    states = jax.eval_shape(lambda h: jax.vmap(lambda x: trainer.init(config, x))(h), hyper)
+    held_out = trainer.held_out_gram(config)
+    program = trainer._advance_many.lower(config, states, hyper, held_out, jnp.asarray(True))
+    text = program.as_text()
+    assert "f32" in text and "f64" not in text
 
 
 def test_scipy_gradient_is_the_reduced_loss_gradient():
@@ -200,3 +233,30 @@ def test_bench_quick_json(capsys):
     ):
         assert key in result
     assert result["flow_agree"]
+
+
+def test_gpu_script_refuses_a_cpu_and_tabulates_a_record():
+    from weakspots.benchmarks import gpu
+
+    done = subprocess.run(
+        [sys.executable, "-m", "weakspots.benchmarks.gpu", "--skip-paper"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=120,
+    )
+    assert done.returncode == 1 and "not a GPU" in done.stderr
+    result = {**_fake_result(), "fraction_of_rng_limit": 0.9, "speedup_vs_naive_loop": 500.0,
+              "flow_speedup_vs_scipy": 80.0, "absolute": {"trainer_model_steps_per_second": 1e5}}  # fmt: skip
+    record = {
+        "device": {"kind": "NVIDIA H200", "count": 1, "jax": "0.10.2"},
+        "date": "2030-01-01",
+        "bench": result,
+        "paper_seconds": 321.0,
+    }
+    text = gpu.table(record)
+    assert "| fraction_of_rng_limit (trainer / RNG limit on this GPU) | 0.9 |" in text
+    assert (
+        "| trainer model-steps/s | 1e+05 |" in text and "| paper_repro.py --full | 321 s |" in text
+    )
+    assert "| RNG limit model-steps/s | - |" in text

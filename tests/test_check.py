@@ -93,12 +93,14 @@ def test_threshold_row_fails_when_the_bisection_has_no_bracket():
 
 def test_phase_diagram_rows_fail_without_an_sgd_bracket():
     results = {"sgd": [{"chunks": n, "ratio": 2.0, "support": 8} for n in (12, 24, 64)]}
-    predictions = {"escape_steps": 600, "escape_chunks": 14.6}
+    boundary = {"gain": [16.0], "chunks": [15.6]}
+    predictions = {"escape_steps": 600, "escape_chunks": 14.6, "escape_boundary": boundary}
     rows = phase_diagram.rows(results, predictions)
-    assert len(rows) == 2 and not any(r.passed for r in rows)
+    assert len(rows) == 3 and not any(r.passed for r in rows)
+    assert [r.kind for r in rows] == ["prediction", "prediction", "consistency"]
     results["sgd"][2]["support"] = 3  # specialised at N = 64: bracket [24, 64]
     rows = phase_diagram.rows(results, predictions)
-    assert [r.passed for r in rows] == [False, False]  # 15.8 and 14.6 both lie below 24
+    assert [r.passed for r in rows] == [False] * 3  # 15.8, 15.6 and 14.6 all lie below 24
     results["sgd"][1]["support"] = 4  # bracket [12, 24]
     assert all(r.passed for r in phase_diagram.rows(results, predictions))
 

@@ -53,6 +53,16 @@ def test_predict_numbers_are_theorys(capsys):
     assert out["predicted_delta_max"] == pytest.approx(float(theory.delta_max(accuracy)))
     t_star = theory.specialization_time(s, n, gain, scale)
     assert out["specialization_time"] == pytest.approx(t_star, rel=1e-12)
+    law = theory.support_size_law(s, n, gain, 1, "mse", scale, samples=SAMPLES)["law"]
+    assert out["support_size_law"] == {str(k): pytest.approx(p) for k, p in law.items()}
+    # every number names the d it is for: the accuracy at d, the thresholds at d = inf
+    assert out["dim_of"]["predicted_delta_max"] == dim and out["dim_of"]["growth_rate"] == "inf"
+    assert out["finite_d"]["critical_chunks"] == pytest.approx(
+        float(theory.critical_chunks_finite_d(gain, s, dim))
+    )
+    escape = out["escape_boundary"]
+    assert (escape["lr"], escape["batch"], escape["steps"]) == (2.0, 256, 600)
+    assert 0.0 <= escape["p_escape"] <= 1.0 and escape["chunks"] is None
 
 
 def test_predict_below_threshold_and_without_dim(capsys):
@@ -60,6 +70,8 @@ def test_predict_below_threshold_and_without_dim(capsys):
     assert out["uniform_stable"] is True and out["specialization_time"] is None
     assert out["predicted_support_size"] == 8 and out["predicted_delta_max"] == 0.0
     assert out["predicted_phase_accuracy"] is None  # needs --dim
+    assert out["escape_boundary"] is None and out["finite_d"] is None
+    assert out["support_size_law"] == {"8": 1.0}  # uniform is stable: no race
 
 
 def test_predict_heads_match_predicted_coverage(capsys):

@@ -307,3 +307,21 @@ def test_bad_sweep_input_exits_2_with_one_line_before_any_run(case, flag, tmp_pa
     assert not (tmp_path / "store" / "runs").is_dir() or not list(
         (tmp_path / "store" / "runs").iterdir()
     )  # nothing trained
+
+
+def test_a_reader_that_stops_early_ends_the_verb_quietly(tmp_path):
+    """`weakspots sweep --dry-run | head`: exit 141 (SIGPIPE's code), nothing on stderr."""
+    spec = tmp_path / "spec.toml"
+    # one line per run: several pipe buffers of output
+    spec.write_text(SPEC.replace("seed = [0, 1, 2, 3]", f"seed = {list(range(4000))}"))
+    command = [sys.executable, "-m", "weakspots", "sweep", str(spec), "--store"]
+    with subprocess.Popen(
+        [*command, str(tmp_path / "s"), "--dry-run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as process:
+        process.stdout.read(100)
+        process.stdout.close()
+        err = process.stderr.read().decode()
+        assert process.wait(timeout=120) == 141, err
+    assert err == ""

@@ -67,7 +67,8 @@ def test_stable_uniform_point_stays_uniform():
 def test_finite_d_support_matches_the_diffrax_flow_of_the_quadrature_from_the_same_starts():
     """s=8 N=24 gain 16 d=64: per start, the RK4 flow of the interpolant and diffrax's Tsit5
     flow of theory.finite_d_loss itself end on the same phases."""
-    from weakspots.sims.flow import reduced_flow
+    from weakspots.idealized.config import FlowConfig
+    from weakspots.sims.flow import solve_many, stack
 
     stride, chunks, starts, amplitude = 8, 24.0, 6, 1e-2
     z = isotropic_starts(stride, starts, seed=3, amplitude=amplitude)
@@ -75,16 +76,17 @@ def test_finite_d_support_matches_the_diffrax_flow_of_the_quadrature_from_the_sa
         stride, chunks, 16.0, samples=starts, seed=3, amplitude=amplitude, dim=64.0
     )[:, 0]
     t_end = math.log(1 / amplitude) / interpolated_growth_rate(stride, chunks, 16.0, 64.0) + 1200
-    hist = reduced_flow(
+    config = FlowConfig(
         stride=stride,
-        chunks=chunks,
+        chunks=int(chunks),
         gain=16.0,
-        init_pooling_logits=z,
-        ts=[0.0, t_end],
-        dim=64.0,
+        dim=64,
+        t1=t_end,
+        saves=2,
         rtol=1e-6,
         atol=1e-8,
     )
+    hist = stack(solve_many([config] * starts, starts=z, times=[0.0, t_end]))
     theirs = np.asarray(hist.pooling_weights[:, -1, 0])
     np.testing.assert_array_equal(covered(ours, stride), covered(theirs, stride))
     assert set(covered(ours, stride).sum(-1).tolist()) >= {5}

@@ -9,12 +9,12 @@ import pytest
 
 import weakspots.theory.finite_d as finite_d
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.loss import objective
 from weakspots.idealized.model import init_model
 from weakspots.idealized.task import sample_batch
 from weakspots.sims.check import rk4
-from weakspots.sims.flow import finite_flow, reduced_flow
+from weakspots.sims.flow import finite_flow, solve, solve_many, stack
 
 S, N, GAIN = 8, 64, 16.0
 UNIFORM = np.zeros(S)
@@ -103,9 +103,9 @@ def test_growth_rate_tends_to_the_closed_form_and_shifts_the_threshold():
 
 def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
     start = 0.3 * jax.random.normal(jax.random.key(3), (1, 1, S))
-    kwargs = dict(stride=S, chunks=float(N), gain=GAIN, t_end=100.0, n_save=3, rtol=1e-7)
-    starts = jnp.repeat(start, 2, axis=0)
-    corrected = reduced_flow(init_pooling_logits=starts, dim=[64.0, 1e7], **kwargs)
+    fields = dict(stride=S, chunks=N, gain=GAIN, t1=100.0, saves=3, rtol=1e-7)
+    configs = [FlowConfig(dim=d, **fields) for d in (64, 10_000_000)]
+    corrected = stack(solve_many(configs, starts=jnp.repeat(start, 2, axis=0)))
     # d = inf reference: sims.check's numpy RK4 of the reduced flow (no diffrax, no autodiff)
     plain = rk4(np.asarray(start[0]), np.array([GAIN]), float(N), np.linspace(0, 100.0, 3), 0.05)
     plain = jax.nn.softmax(plain, axis=-1)
@@ -113,7 +113,7 @@ def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
     assert np.max(np.abs(corrected.pooling_weights[0] - plain)) > 0.01
     assert np.all(np.diff(corrected.loss, axis=1) <= 1e-12)
     with pytest.raises(ValueError, match="one head"):
-        reduced_flow(init_pooling_logits=jnp.zeros((1, 2, S)), dim=64.0, **kwargs)
+        FlowConfig(dim=64, heads=2, **fields)
 
 
 @pytest.mark.slow
@@ -132,10 +132,14 @@ def test_corrected_flow_closes_the_gap_to_the_finite_flow_at_d256():
         ],
         axis=0,
     )
-    start = np.log(finite[:1, 0])
-    kwargs = dict(stride=S, chunks=float(N), gain=GAIN, init_pooling_logits=start, ts=ts)
-    reduced = np.asarray(reduced_flow(**kwargs).pooling_weights[0])
-    corrected = np.asarray(reduced_flow(dim=256.0, **kwargs).pooling_weights[0])
+    start = np.log(finite[0])  # (H, s)
+    fields = dict(stride=S, chunks=N, gain=GAIN, t1=float(ts[-1]), saves=len(ts))
+    reduced, corrected = (
+        np.asarray(
+            solve(FlowConfig(dim=d, **fields), starts=start, times=ts).history.pooling_weights
+        )
+        for d in (None, 256)
+    )
     uncorrected_gap = np.max(np.abs(finite - reduced))
     assert uncorrected_gap > 0.01
     assert np.max(np.abs(finite - corrected)) < 0.5 * uncorrected_gap

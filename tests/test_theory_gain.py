@@ -5,7 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.sims.flow import reduced_flow
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     covered,
     gain_race,
@@ -76,18 +78,21 @@ def test_ladder_end_state_forgets_the_dropped_weights(wd, k_end):
 
 
 def _flow_end_states(wds, scale, parametrisation):
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(0), len(wds)),
-        stride=8,
-        chunks=64.0,
-        gain=1.0,
-        learn_gain=True,
-        weight_decay=np.asarray(wds),
-        init_scale=scale,
-        t_end=T_END,
-        n_save=3,
-        gain_parametrisation=parametrisation,
-    )
+    configs = [
+        FlowConfig(
+            stride=8,
+            chunks=64,
+            gain=1.0,
+            learn_gain=True,
+            weight_decay=wd,
+            init_scale=scale,
+            t1=T_END,
+            saves=3,
+            gain_parametrisation=parametrisation,
+        )
+        for wd in wds
+    ]
+    hist = stack(solve_many(configs, starts=keyed_starts(0, len(wds), 1, 8, scale)))
     final_k = covered(np.asarray(hist.pooling_weights[:, -1, 0]), 8).sum(axis=-1)
     return final_k, np.asarray(hist.gain[:, -1, 0]), np.asarray(hist.specialization_time)
 

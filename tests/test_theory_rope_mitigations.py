@@ -1,9 +1,10 @@
 """RoPE anchoring and mitigations (theory.rope, theory.mitigations) vs the reduced flow."""
 
-import jax
 import numpy as np
 
-from weakspots.sims.flow import reduced_flow
+from weakspots.idealized.config import FlowConfig
+from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     entropy_critical_weight,
     offset_ensemble_accuracy,
@@ -21,16 +22,9 @@ BATCH = 8
 def test_rope_anchoring_pins_the_weak_phases():
     kappa = rope_attenuation(8, 64, 64)
     assert kappa[0] == 1.0 and np.all(np.diff(kappa[:6]) < 0)
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(11), BATCH),
-        stride=8,
-        chunks=64.0,
-        gain=16.0,
-        init_scale=1e-3,
-        phase_scale=kappa,
-        t_end=4000.0,
-        n_save=N_SAVE,
-    )
+    config = FlowConfig(stride=8, chunks=64, gain=16.0, init_scale=1e-3, t1=4000.0, saves=N_SAVE)
+    starts = keyed_starts(11, BATCH, 1, 8, 1e-3)
+    hist = stack(solve_many([config] * BATCH, starts=starts, phase_scale=kappa))
     weak = np.asarray(hist.pooling_weights[:, -1, 0]) < 1 / 16
     k = int(8 - weak[0].sum())
     assert np.all(weak == rope_weak_phases(8, 64, 64, k)[None])
@@ -39,16 +33,19 @@ def test_rope_anchoring_pins_the_weak_phases():
 def test_entropy_regulariser_threshold():
     eps_c = entropy_critical_weight(8, 64.0, 16.0)
     factors = np.array([0.8, 0.9, 0.95, 1.05, 1.1, 1.2, 0.5, 2.0])
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(12), BATCH),
-        stride=8,
-        chunks=64.0,
-        gain=16.0,
-        init_scale=1e-3,
-        entropy_weight=factors * eps_c,
-        t_end=4000.0,
-        n_save=N_SAVE,
-    )
+    configs = [
+        FlowConfig(
+            stride=8,
+            chunks=64,
+            gain=16.0,
+            init_scale=1e-3,
+            phase_entropy=float(eps),
+            t1=4000.0,
+            saves=N_SAVE,
+        )
+        for eps in factors * eps_c
+    ]
+    hist = stack(solve_many(configs, starts=keyed_starts(12, BATCH, 1, 8, 1e-3)))
     logs = np.log(np.asarray(hist.pooling_weights[:, :, 0]))
     spread = np.linalg.norm(logs - logs.mean(axis=-1, keepdims=True), axis=-1)
     below = factors < 1

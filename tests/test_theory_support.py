@@ -1,11 +1,12 @@
 """Support sizes and re-entry (theory.support) vs the diffrax reduced flow."""
 
-import jax
 import numpy as np
 import pytest
 
+from weakspots.idealized.config import FlowConfig
 from weakspots.sims.check import REENTRY_RTOL, reentry_slopes
-from weakspots.sims.flow import reduced_flow
+from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     covered,
     predicted_support_size,
@@ -48,15 +49,12 @@ SUPPORT_CONFIGS = [(8, 64, 16.0), (8, 256, 16.0), (6, 11, 9.0), (8, 64, 24.0), (
 def test_support_distribution_matches_flow(stride, chunks, gain):
     sizes, probs, admissible = predicted_support_size(stride, chunks, gain, samples=128)
     predicted = dict(zip(sizes.tolist(), probs.tolist(), strict=True))
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(chunks), BATCH),
-        stride=stride,
-        chunks=chunks,
-        gain=gain,
-        init_scale=np.geomspace(1e-5, 1e-2, BATCH),
-        t_end=8000.0,
-        n_save=N_SAVE,
-    )
+    scales = np.geomspace(1e-5, 1e-2, BATCH)
+    configs = [
+        FlowConfig(stride=stride, chunks=chunks, gain=gain, init_scale=x, t1=8000.0, saves=N_SAVE)
+        for x in scales
+    ]
+    hist = stack(solve_many(configs, starts=keyed_starts(chunks, BATCH, 1, stride, scales)))
     ode = covered(hist.pooling_weights[:, -1, 0], stride).sum(axis=-1)
     assert set(ode.tolist()) <= set(admissible.tolist())
     assert all(predicted.get(k, 0.0) >= 0.02 for k in ode.tolist())

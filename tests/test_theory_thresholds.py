@@ -1,11 +1,12 @@
 """Growth rates, thresholds and time to specialise (theory.thresholds) vs the reduced flow."""
 
-import jax
 import numpy as np
 import pytest
 
+from weakspots.idealized.config import FlowConfig
 from weakspots.sims.check import fitted_rates, log_weights_centred
-from weakspots.sims.flow import reduced_flow
+from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     critical_chunks,
     critical_gain,
@@ -18,6 +19,19 @@ GROWTH_RTOL = 1e-3  # early exponential phase vs closed form
 TIME_RTOL = 0.10  # time to specialise: prediction vs ODE
 N_SAVE = 101
 BATCH = 8
+
+
+def _flows(starts, stride, chunks, gain, heads=1, **fields):
+    """The reduced flows from `starts` (B, H, s), one per entry of `chunks` and `gain`
+    (numbers or (B,)), stacked: a FlowHistory with a leading (B,) axis."""
+    runs = len(starts)
+    configs = [
+        FlowConfig(stride=stride, heads=heads, chunks=int(n), gain=float(g), **fields)
+        for n, g in zip(
+            np.broadcast_to(chunks, (runs,)), np.broadcast_to(gain, (runs,)), strict=True
+        )
+    ]
+    return stack(solve_many(configs, starts=starts))
 
 
 def test_closed_form_numbers_in_theory():
@@ -38,14 +52,13 @@ def test_closed_form_numbers_in_theory():
 )
 def test_growth_rate_matches_early_flow(stride, chunks, gain):
     chunks, gain = np.asarray(chunks, float), np.asarray(gain, float)
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(stride), BATCH),
-        stride=stride,
-        chunks=chunks,
-        gain=gain,
-        init_scale=1e-7,
-        t_end=50.0,
-        n_save=N_SAVE,
+    hist = _flows(
+        keyed_starts(stride, BATCH, 1, stride, 1e-7),
+        stride,
+        chunks,
+        gain,
+        t1=50.0,
+        saves=N_SAVE,
         rtol=1e-11,
         atol=1e-18,
     )
@@ -56,15 +69,14 @@ def test_growth_rate_matches_early_flow(stride, chunks, gain):
 def test_multi_head_growth_rates_match_early_flow():
     chunks = np.array([64, 64, 256, 20, 64, 30, 100, 64], float)
     gain = np.array([16, 24, 16, 16, 12, 16, 20, 8], float)
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(3), BATCH),
-        stride=8,
+    hist = _flows(
+        keyed_starts(3, BATCH, 2, 8, 1e-7),
+        8,
+        chunks,
+        gain,
         heads=2,
-        chunks=chunks,
-        gain=gain,
-        init_scale=1e-7,
-        t_end=50.0,
-        n_save=N_SAVE,
+        t1=50.0,
+        saves=N_SAVE,
         rtol=1e-11,
         atol=1e-18,
     )
@@ -97,16 +109,8 @@ def test_threshold_uniform_below_specialised_above(heads):
         n_c = float(critical_chunks(gain, stride, heads))
         gains += [gain, gain]
         chunks += [np.floor(n_c), np.ceil(n_c)]
-    hist = reduced_flow(
-        jax.random.split(jax.random.PRNGKey(4), BATCH),
-        stride=8,
-        heads=heads,
-        chunks=np.asarray(chunks),
-        gain=np.asarray(gains),
-        init_scale=1e-3,
-        t_end=2e5,
-        n_save=N_SAVE,
-    )
+    starts = keyed_starts(4, BATCH, heads, 8, 1e-3)
+    hist = _flows(starts, 8, chunks, gains, heads=heads, t1=2e5, saves=N_SAVE)
     spread = np.linalg.norm(log_weights_centred(hist.pooling_weights), axis=(-2, -1))
     below, above = slice(0, None, 2), slice(1, None, 2)
     assert np.all(spread[below, -1] < 1e-3 * spread[below, 0])  # decayed back to uniform
@@ -122,16 +126,7 @@ def test_specialization_time_within_ten_percent(stride, chunks, gain):
     rng = np.random.default_rng(stride + chunks)
     for init_scale in (1e-6, 1e-4, 1e-2):
         logits0 = init_scale * rng.standard_normal((BATCH, 1, stride))
-        hist = reduced_flow(
-            stride=stride,
-            chunks=chunks,
-            gain=gain,
-            init_pooling_logits=logits0,
-            t_end=3000.0,
-            n_save=N_SAVE,
-            rtol=1e-9,
-            atol=1e-14,
-        )
+        hist = _flows(logits0, stride, chunks, gain, t1=3000.0, saves=N_SAVE, rtol=1e-9, atol=1e-14)
         ode = np.asarray(hist.specialization_time)
         per_start = [
             specialization_time(stride, chunks, gain, init_scale, pooling_logits=z) for z in logits0

@@ -67,3 +67,14 @@ def test_evaluate_draws_its_held_out_set_inside_an_outer_jit():
     staged_acc, staged_loss = jax.jit(lambda m: trainer.evaluate(config, m))(model)
     np.testing.assert_array_equal(staged_acc, acc)
     np.testing.assert_allclose(staged_loss, loss, rtol=1e-6)
+
+
+def test_options_are_the_cpus_only(monkeypatch):
+    # Read at the first call, from jax's default backend: CPU here; a GPU/TPU compiles plainly.
+    on_cpu = jit(twice_sin)
+    assert jax.default_backend() == "cpu" and on_cpu.compiler_options == COMPILER_OPTIONS
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    elsewhere = jit(twice_sin)
+    assert elsewhere.compiler_options == {}
+    assert float(elsewhere(1.0)) == pytest.approx(2 * np.sin(1.0))
+    assert elsewhere._top is elsewhere._nested  # one plain jit: no options anywhere

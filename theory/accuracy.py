@@ -1,4 +1,4 @@
-"""Finite-d retrieval accuracy per phase from the pooling weights (THEORY 6.12, 7).
+"""Finite-d retrieval accuracy per phase from the pooling weights (docs/theory.md §6.12, §7).
 
 Derivation (single head, query q = x[c*, phi], keys i.i.d. N(0, I/d)). Condition on
 q and write r = |q|^2 ~ chi2_d / d. Every other key x is independent of q, so
@@ -12,47 +12,19 @@ rho = sqrt(r d) ~ chi_d and M the max of N-1 standard normals,
 
     acc[phi] = P(|alpha| M < alpha_phi rho + s_phi Z) = E_{rho, Z} Phi((alpha_phi rho + s_phi Z)/|alpha|)^(N-1),
 
-a 2-D integral done here by Gauss-Legendre in rho (against the chi_d density) and
-Gauss-Hermite in Z: exact up to quadrature error. THEORY 7's simpler approximation
+a 2-D integral done here by generalised Gauss-Laguerre in rho (theory.quadrature.chi_nodes)
+and Gauss-Hermite in Z: exact up to quadrature error. docs/theory.md §7's simpler approximation
 replaces r by its mean and the needle variance by (2 alpha_phi^2 + s_phi^2)/d
 (phase_accuracy_gaussian).
 """
 
-import functools
 import math
 
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-
-def _read_only(*arrays):
-    for a in arrays:
-        a.flags.writeable = False
-    return arrays
-
-
-@functools.lru_cache(maxsize=64)
-def _chi_nodes(dim, nodes):
-    centre = math.sqrt(max(dim - 1.0, 0.0))
-    lo, hi = max(centre - 12.0, 0.0), centre + 12.0
-    x, w = np.polynomial.legendre.leggauss(nodes)
-    rho = lo + (x + 1.0) * (hi - lo) / 2.0
-    log_density = (
-        (dim - 1.0) * np.log(np.maximum(rho, 1e-300))
-        - rho**2 / 2.0
-        - (dim / 2.0 - 1.0) * math.log(2.0)
-        - math.lgamma(dim / 2.0)
-    )
-    weights = w * (hi - lo) / 2.0 * np.exp(log_density)
-    return _read_only(rho, weights / weights.sum())
-
-
-@functools.lru_cache(maxsize=8)
-def _normal_nodes(nodes):
-    # Cached: the quadrature nodes cost more than one accuracy evaluation.
-    z, w = np.polynomial.hermite_e.hermegauss(nodes)
-    return _read_only(z, w / w.sum())
+from .quadrature import chi_nodes, normal_nodes
 
 
 def _beats_max_of_distractors(margin, chunks):
@@ -61,7 +33,7 @@ def _beats_max_of_distractors(margin, chunks):
 
 
 def needle_accuracy(needle_weight, weight_norm2, chunks, dim, kappa=1.0, nodes=96):
-    """Probability the needle beats all N-1 distractors, for one slot of one head (THEORY 6.12).
+    """Probability the needle beats all N-1 distractors, for one slot of one head (docs/theory.md §6.12).
 
     needle_weight alpha_phi, weight_norm2 |alpha|^2, kappa (the needle product's
     attenuation, theory.rope.rope_attenuation_at; 1 without RoPE): arrays that broadcast.
@@ -74,15 +46,15 @@ def needle_accuracy(needle_weight, weight_norm2, chunks, dim, kappa=1.0, nodes=9
     )
     norm = np.sqrt(np.maximum(norm2, 1e-300))[..., None, None]
     others = np.sqrt(np.maximum(norm2 - alpha**2, 0.0))[..., None, None]
-    rho, w_rho = _chi_nodes(float(dim), int(nodes))
-    z, w_z = _normal_nodes(int(nodes))
+    rho, w_rho = chi_nodes(float(dim), int(nodes))
+    z, w_z = normal_nodes(int(nodes))
     margin = ((kappa * alpha)[..., None, None] * rho[:, None] + others * z) / norm
     win = _beats_max_of_distractors(margin, chunks)
     return np.einsum("...ij,i,j->...", win, w_rho, w_z)
 
 
 def phase_accuracy(pooling_weights, gain, chunks, dim, nodes=96):
-    """acc[phi]: probability the needle chunk's logit beats all N-1 distractors (THEORY 6.12).
+    """acc[phi]: probability the needle chunk's logit beats all N-1 distractors (docs/theory.md §6.12).
 
     pooling_weights: (s,) alpha of one head; gain: beta > 0 (the argmax does not depend
     on it for one head); chunks: N; dim: d, or inf for the large-d limit (needle logit
@@ -98,7 +70,7 @@ def phase_accuracy(pooling_weights, gain, chunks, dim, nodes=96):
 
 
 def phase_accuracy_gaussian(pooling_weights, gain, chunks, dim, nodes=96):
-    """acc[phi] from THEORY 7's independent-Gaussian approximation (one 1-D integral).
+    """acc[phi] from docs/theory.md §7's independent-Gaussian approximation (one 1-D integral).
 
     Needle logit ~ N(beta alpha_phi, beta^2 (2 alpha_phi^2 + s_phi^2)/d), distractors
     ~ N(0, beta^2 |alpha|^2 / d), independent. Arguments as phase_accuracy. Returns (s,).
@@ -107,7 +79,7 @@ def phase_accuracy_gaussian(pooling_weights, gain, chunks, dim, nodes=96):
     alpha = np.asarray(pooling_weights, dtype=float)
     norm = np.linalg.norm(alpha)
     needle_sd = np.sqrt((norm**2 + alpha**2) / dim)
-    z, w_z = _normal_nodes(int(nodes))
+    z, w_z = normal_nodes(int(nodes))
     margin = (alpha[:, None] + needle_sd[:, None] * z[None, :]) / (norm / math.sqrt(dim))
     return _beats_max_of_distractors(margin, chunks) @ w_z
 
@@ -129,7 +101,7 @@ def phase_accuracy_heads(pooling_weights, gain, chunks, dim, nodes=96):
 def support_weights(stride, support):
     """Equal weights 1/k on a support: support is a size k (phases 0..k-1) or a (s,) mask.
 
-    Returns (s,) pooling weights (the k-phase state of THEORY 6.4).
+    Returns (s,) pooling weights (the k-phase state of docs/theory.md §6.4).
     """
     if np.ndim(support) == 0:
         mask = np.arange(stride) < int(support)
@@ -139,7 +111,7 @@ def support_weights(stride, support):
 
 
 def phase_accuracy_profile(stride, chunks, support, dim, dropped_weight=0.0):
-    """acc[phi] of the k-phase state (THEORY 6.4): covered phases vs dropped weak spots.
+    """acc[phi] of the k-phase state (docs/theory.md §6.4): covered phases vs dropped weak spots.
 
     stride s, chunks N, support (size k or (s,) mask), dim d (inf allowed);
     dropped_weight: weight left on each dropped phase (the flow leaves them small, not 0;
@@ -151,13 +123,13 @@ def phase_accuracy_profile(stride, chunks, support, dim, dropped_weight=0.0):
 
 
 def delta_max(accuracy):
-    """max_phi acc - min_phi acc (THEORY 4). accuracy: (..., s). Returns (...)."""
+    """max_phi acc - min_phi acc (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
     accuracy = np.asarray(accuracy)
     return accuracy.max(axis=-1) - accuracy.min(axis=-1)
 
 
 def psc(accuracy):
-    """Phase Sensitivity Coefficient var_phi(acc) / mean_phi(acc), population variance (THEORY 4).
+    """Phase Sensitivity Coefficient var_phi(acc) / mean_phi(acc), population variance (docs/theory.md §4).
 
     accuracy: (..., s). Returns (...).
     """
@@ -166,6 +138,6 @@ def psc(accuracy):
 
 
 def psc_std(accuracy):
-    """std_phi(acc) / mean_phi(acc) (THEORY 4). accuracy: (..., s). Returns (...)."""
+    """std_phi(acc) / mean_phi(acc) (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
     accuracy = np.asarray(accuracy)
     return accuracy.std(axis=-1) / accuracy.mean(axis=-1)

@@ -1,4 +1,4 @@
-"""The expected mse loss at finite d, L_d(a, beta), and its threshold (issue 3, THEORY 6.10-6.12, 7).
+"""The expected mse loss at finite d, L_d(a, beta), and its threshold (docs/theory.md §6.10-§6.12, §7).
 
 Derivation (one head, phase phi, query q = x[c*, phi], keys i.i.d. N(0, I/d)). Condition on
 r = |q|^2 ~ chi2_d / d, as in theory.accuracy: every inner product of q with another key is
@@ -20,7 +20,7 @@ with psi(t) = E_Z exp(-t e^m) and, for y = e^{sigma Z}, phi_k(t) = E[y^k e^{-t y
     E[l | r]            = int_0^inf t psi(t) phi_0(t)^{M-1} (2 M phi_2 + M (M-1) phi_1^2 / phi_0) dt,
 
 and L_d = mean_phi E_r E[l | r]. At d = inf (sigma = 0) this is M (M+1) / (e^m + M)^2 =
-N/(N-1) (1 - sigma_N(m))^2, THEORY 5's L_inf. No expansion in 1/d is made: it is a
+N/(N-1) (1 - sigma_N(m))^2, docs/theory.md §5's L_inf. No expansion in 1/d is made: it is a
 deterministic quadrature, exact up to the quadrature error. Rules: trapezoid in u = log t
 (the integrand is analytic in a strip, so the trapezoid converges geometrically), trapezoid
 against the Gaussian density in Z (same reason), trapezoid in rho = sqrt(r d) against the
@@ -36,7 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.xla import jit
-from weakspots.theory.thresholds import growth_rate
+
+from .quadrature import chi_nodes_traced, normal_nodes
+from .thresholds import growth_rate
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.
@@ -46,29 +48,9 @@ DISTRACTOR_NODES = 48  # Gauss-Hermite nodes for a distractor's Z
 CHI_NODES = 10  # Gauss-Hermite nodes for rho = sqrt(r d), reweighted to the chi_d density
 
 
-@functools.lru_cache(maxsize=16)
-def _hermite(nodes):
-    z, w = np.polynomial.hermite_e.hermegauss(nodes)
-    return z, np.log(w / w.sum())
-
-
 @functools.lru_cache(maxsize=8)
 def _log_t(low, high, step):
     return np.arange(low, high + step / 2, step), float(np.log(step))
-
-
-def _chi_grid(dim, nodes):
-    """rho = sqrt(r d) nodes and log-weights for E over rho ~ chi_d: Gauss-Hermite nodes around
-    the mode, weights times the ratio of the chi_d density to the Gaussian, normalised."""
-    z, log_w = (jnp.asarray(x) for x in _hermite(nodes))
-    centre = jnp.sqrt(jnp.maximum(dim - 1.0, 0.0))
-    sd = jnp.sqrt(0.5)
-    rho = centre + sd * z
-    inside = rho > 0.0
-    safe = jnp.where(inside, rho, 1.0)
-    log_density = (dim - 1.0) * jnp.log(safe) - safe**2 / 2.0 + z**2 / 2.0
-    log_weight = jnp.where(inside, log_w + log_density, -jnp.inf)
-    return safe, log_weight - jax.nn.logsumexp(log_weight)
 
 
 def _log_laplace(log_t, mean, sd, power, nodes):
@@ -76,7 +58,8 @@ def _log_laplace(log_t, mean, sd, power, nodes):
 
     log_t (U,); mean, sd: arrays of one shape (...). Returns (..., U).
     """
-    z, log_w = (jnp.asarray(x).reshape((1,) * (mean.ndim + 1) + (-1,)) for x in _hermite(nodes))
+    z, w = normal_nodes(nodes)
+    z, log_w = (jnp.asarray(x).reshape((1,) * (mean.ndim + 1) + (-1,)) for x in (z, np.log(w)))
     log_t = log_t.reshape((1,) * mean.ndim + (-1, 1))
     exponent = mean[..., None, None] + sd[..., None, None] * z
     terms = log_w + power * exponent - jnp.exp(log_t + exponent)
@@ -127,7 +110,7 @@ def finite_d_loss(
     gain = jnp.reshape(jnp.asarray(gain, jnp.float64), ())
     weights = jax.nn.softmax(logits)
     kappa = jnp.ones_like(weights) if phase_scale is None else jnp.asarray(phase_scale, jnp.float64)
-    rho, log_w = _chi_grid(jnp.asarray(dim, jnp.float64), CHI_NODES)
+    rho, log_w = chi_nodes_traced(jnp.asarray(dim, jnp.float64), CHI_NODES)
     per_phase = expected_loss_given_norm(
         weights[:, None],
         jnp.sum(weights**2),
@@ -163,7 +146,7 @@ def growth_rate_finite_d(stride, chunks, gain, dim):
     """lambda_d: growth rate of zero-sum pooling-logit perturbations of uniform pooling at d.
 
     The flow linearised at a = 0, da/dt = -Hess L_d(0) a, on zero-sum a: lambda_d = -(D - O)
-    (uniform_hessian). d = inf gives THEORY 6.2's -(N/(N-1)) (beta^2/s^3) l''(beta/s)
+    (uniform_hessian). d = inf gives docs/theory.md §6.2's -(N/(N-1)) (beta^2/s^3) l''(beta/s)
     (theory.growth_rate), which finite d approaches as 1/d. Returns a float (> 0: unstable).
     """
     if np.isinf(dim):
@@ -191,7 +174,7 @@ def _sign_change(f, low, high, rtol=1e-8):
 def critical_chunks_finite_d(gain, stride, dim, low=3.0, high=1e5):
     """N_c(d): the context length where lambda_d (growth_rate_finite_d) changes sign.
 
-    Root of lambda_d in N on [low, high] (bisection in log N); d = inf gives THEORY 6.3's
+    Root of lambda_d in N on [low, high] (bisection in log N); d = inf gives docs/theory.md §6.3's
     1 + 2 exp(beta/s). Uniform pooling is linearly unstable for N > N_c(d). nan if lambda_d
     keeps its sign.
     """
@@ -201,7 +184,7 @@ def critical_chunks_finite_d(gain, stride, dim, low=3.0, high=1e5):
 def critical_gain_finite_d(chunks, stride, dim, low=1.0, high=200.0):
     """beta_c(d): the gain where lambda_d (growth_rate_finite_d) changes sign at fixed N.
 
-    d = inf gives THEORY 6.3's s log((N-1)/2). Uniform pooling is linearly unstable for
+    d = inf gives docs/theory.md §6.3's s log((N-1)/2). Uniform pooling is linearly unstable for
     beta < beta_c(d). nan if lambda_d keeps its sign on [low, high].
     """
     return _sign_change(lambda g: growth_rate_finite_d(stride, chunks, g, dim), low, high)

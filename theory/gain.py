@@ -1,8 +1,8 @@
-"""Learned gain: the race with the instability, the re-entry ladder, the weight-decay equilibrium (THEORY 6.6).
+"""Learned gain: the race with the instability, the re-entry ladder, the weight-decay equilibrium (docs/theory.md §6.6).
 
 Derivation (one head, mse, c = N/(N-1), w(m) = 2 sigma_N(m) (1 - sigma_N(m))^2, the gain
 learned with the penalty weight_decay/2 beta^2; J = 1 for a gain learned directly
-("linear", THEORY 6.6's convention), J = beta^2 for log beta ("log")).
+("linear", docs/theory.md §6.6's convention), J = beta^2 for log beta ("log")).
 
 Equilibrium. dL/dbeta = -(c/s) sum_phi alpha_phi w(beta alpha_phi); at the k-phase state
 (alpha = 1/k on k phases) the gain is stationary where weight_decay beta = (c/s) w(beta/k).
@@ -21,11 +21,8 @@ next to k support phases of weight u = (1 - a)/k obeys exactly
 theory.support's kappa is its a -> 0 limit, but after specialisation the dropped phases
 sit at a ~ 1e-2 while beta ~ 20-50, so beta a is not small: w rises on [0, log((N-1)/2)],
 and a k-state that is stable at a -> 0 (w(0) < w(beta/k)) still loses a dropped phase whose
-weight exceeds the barrier a* (w(beta a*) = w(beta (1 - a*)/k), reentry_barrier). Measured
-on the reduced flow (s=8, N=64, gain from 1, linear, wd=1e-4): the 7-phase state at its
-equilibrium gain 41.8 has a* = 0.0021 (kappa = -0.016, barely stable), the last dropped
-phase sits at 0.003-0.006 when the gain settles, so it re-enters and the flow ends uniform
-at gain 47.17; at wd=2e-4 the 4-state's barrier is 0.009 and the flow stays there.
+weight exceeds the barrier a* (w(beta a*) = w(beta (1 - a*)/k), reentry_barrier): a state
+barely stable at a -> 0 has a tiny barrier, and its last dropped phase re-enters.
 
 Ladder (semi-analytic). After the race is lost the support grows by re-entries whose timing
 depends on the dropped weights, which the gain drags as it relaxes; support_ladder
@@ -34,17 +31,19 @@ the support -- its internal modes relax at theory.support.internal_rate < 0 -- a
 dropped phase's log-weight, with the exact cluster equations) from the admissible state at
 the race's gain, and a dropped phase joins the support once its weight meets the support's.
 The dropped phases' weights after the collapse are not predicted; they start at a common
-DROPPED_WEIGHT with a small spread, and the end state forgets them: on s=8, N=64 the
-outcome does not change for starting weights 0.01-0.06 and log-spreads 0.02-0.2.
+DROPPED_WEIGHT with a small spread; the end state forgets them (tests/test_theory_gain.py).
+Which support the collapse leaves when that depends on the start: theory.selection
+(learned_gain_law).
 """
 
 import math
 
 import numpy as np
 
-from ._sigmoid import mse_drive
+from .needle_mass import mse_drive
+from .quadrature import log_chi_mean
 from .support import internal_rate, reentry_rate, stable_support_sizes
-from .thresholds import _log_chi_mean, growth_rate
+from .thresholds import growth_rate
 
 DROPPED_WEIGHT = 0.03  # dropped phases' weight right after the collapse (the end state forgets it)
 DROPPED_SPREAD = 0.1  # log-weight step between successive dropped phases (breaks their tie)
@@ -223,7 +222,7 @@ def gain_race(
     start init_scale * E chi_{s-1}; race_exponent must reach log(event_level / delta_0).
     Returns (time of specialisation or inf, gain then (or at t_end)).
     """
-    log_needed = math.log(event_level) - (math.log(init_scale) + _log_chi_mean(stride - 1))
+    log_needed = math.log(event_level) - (math.log(init_scale) + log_chi_mean(stride - 1))
     times, gains, exponent = race_exponent(
         stride, chunks, init_gain, weight_decay, t_end, gain_parametrisation
     )
@@ -277,7 +276,7 @@ def support_ladder(
 
     From a k-phase state (support_size k, all at one weight) with the gain at `gain` at time
     t_start, integrate to t_end the order parameters (gain, the support's log-weight, each
-    dropped phase's log-weight: exact cluster equations of THEORY 5's flow, internal modes
+    dropped phase's log-weight: exact cluster equations of docs/theory.md §5's flow, internal modes
     of the support assumed relaxed) with adaptive Dormand-Prince; a dropped phase joins the
     support when its log-weight comes within JOIN_GAP of the support's. dropped_weights
     (s - k,) default DROPPED_WEIGHT * exp(-DROPPED_SPREAD * j) (module docstring).
@@ -326,7 +325,9 @@ def learned_gain_outcome(
     Arguments as gain_race. If the gain wins the race, pooling stays uniform (k = s) and
     the gain is the 1-D flow's at t_end. Otherwise the support forms at the race's gain on
     its smallest admissible size (theory.stable_support_sizes; 1 if none) and the re-entry
-    ladder (support_ladder) runs to t_end. Semi-analytic (module docstring). Returns (k, gain).
+    ladder (support_ladder) runs to t_end. Semi-analytic (module docstring). One outcome for
+    every start: where the end state depends on the start, theory.selection.learned_gain_law
+    gives its distribution. Returns (k, gain).
     """
     t_spec, beta = gain_race(
         stride, chunks, init_gain, weight_decay, init_scale, t_end, gain_parametrisation

@@ -1,4 +1,4 @@
-"""Several heads: how they divide the phases, and which phases no head covers (THEORY 6.5, 6.8).
+"""Several heads: how they divide the phases, and which phases no head covers (docs/theory.md §6.5, §6.8).
 
 Linear stage (theory.thresholds): with H >= 2 heads the differential modes grow fastest,
 at lambda_d = -(beta^2/(H s^3)) ell'(p) sigma''(beta/s), so heads first split the phases
@@ -29,7 +29,7 @@ def coverage_summary(pooling_weights, stride):
 def predicted_coverage(
     stride, chunks, gain, heads, loss="mse", samples=128, seed=0, settle=20000.0
 ):
-    """Distribution of coverage outcomes of H heads from near-uniform starts (THEORY 6.5).
+    """Distribution of coverage outcomes of H heads from near-uniform starts (docs/theory.md §6.5).
 
     stride s, chunks N, gain beta, heads H, loss "mse" | "ce"; settle: time after the
     linear stage (heads trade phases by slow re-entry: t ~ 1e4 at s=8, N=64, beta=16).
@@ -41,6 +41,6 @@ def predicted_coverage(
 
 
 def expected_uncovered(stride, chunks, gain, heads, loss="mse", samples=128, seed=0):
-    """Mean number of phases no head covers (THEORY 6.5): weak spots capacity does not explain."""
+    """Mean number of phases no head covers (docs/theory.md §6.5): weak spots capacity does not explain."""
     dist = predicted_coverage(stride, chunks, gain, heads, loss, samples, seed)
     return sum(p * key[1] for key, p in dist.items())

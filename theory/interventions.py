@@ -1,6 +1,6 @@
 """Predictions for interventions, RoPE anchoring and mitigations, from the pooling weights.
 
-Finite-d accuracy of the head-averaged readout (derivation; THEORY 3, 6.12, 7). Condition on
+Finite-d accuracy of the head-averaged readout (derivation; docs/theory.md §3, §6.12, §7). Condition on
 rho = sqrt(d) |q| ~ chi_d. Given q, every key other than the needle is an independent
 N(0, I/d) vector, so its product with q is rho/d times a standard normal u_t; the needle
 token's own product is rho^2/d. Head h's logit of an entry is b_h w_h . u with
@@ -14,28 +14,15 @@ b_h b_h' alpha_h . alpha_h'. The readout is
 
     Pbar[c] = (1/H) sum_h e^{z_h[c]} / Z_h,   Z_h = needle mass + sum_{distractors} e^{y_h}.
 
-Approximation (the only one): in Z_h, the needle's own term and the competing distractor's
-own term are kept exactly, and the other distractors' part is replaced by its mean
-R_h = (n - 1) e^{b_h^2 |alpha_h|^2 / 2} (n = N - 1 distractors; N - 2 with overlap, the alias
-entry being merged into the needle). Keeping the competitor's own term bounds its mass in
-every head by 1: with the mean alone, a sharp head (b |alpha| >~ 1.7, where e^y is heavy
-tailed) gave rare distractors masses above 1 (an offset ensemble of a 0.93-weight head:
-0.72 against a measured 0.98; with the own term 0.99). For one head the formula is exact
-(the argmax does not see Z). With R_h fixed the distractors are i.i.d. given the needle:
-distractor c loses iff
-
-    sum_h (A_h - B_h) / (A_h + B_h + R_h) > 0,   A_h = needle mass, B_h = e^{y_h[c]},
-
-i.e. sum_h (1 + p_h) sigmoid(y_h - log(A_h + R_h)) < sum_h p_h with p_h = A_h / (A_h + R_h),
-and acc[phi] = E_{rho, needle noise} [ G^n ] with G = P(c loses).
-
-G is computed by conditioning on the distractor's component x along the all-ones token
-direction v: y_h = b_h w_h . u_perp + k_h x with k_h = b_h sum(w_h)/sqrt(T) > 0, so the left
-side is increasing in x and G = E_{u_perp} Phi(x*) (one root per needle and distractor
-draw: bracketed Newton). The remaining expectations (rho at the Gauss nodes of chi_d, the
-needle noise and u_perp by scrambled Sobol points with fixed seeds, so the prediction is
-deterministic) carry a quadrature error of about 0.005 (checked against the exact
-single-head quadrature, theory.accuracy.needle_accuracy).
+For one head the argmax does not see Z: the exact 2-D quadrature (theory.accuracy). For
+several heads acc[phi] = E_rho E_{needle noise, distractors} 1[Pbar[needle] > max_c Pbar[c]],
+an integral over the Gaussian law above, evaluated by Monte Carlo over it: DRAWS contexts
+(rho from chi_d, the needle's chunk and n = N - 1 distractor classes, N - 2 with overlap,
+the alias entry merged into the needle; each class's H logits drawn from their H-dim
+Gaussian law) from a fixed seed, so the prediction is deterministic
+and every call draws alike (common random numbers: ablation effects are differences of
+correlated estimates). Its error is the binomial one of the contexts drawn (why not a
+mean partition function: docs/theory_derivations.md §4).
 
 Chunking variants enter through the entry layout: with boundaries shifted by o_h tokens a
 needle at phase phi sits at head phase (phi - o_h) mod s (staggered heads; an offset
@@ -56,14 +43,10 @@ distractor noise, and that several weak heads (or two aliased entries) add their
 """
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp, ndtr
-from scipy.special import ndtri, roots_genlaguerre
-from scipy.stats import qmc
 
 from weakspots.idealized.xla import jit
 
@@ -71,78 +54,9 @@ from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import rope_attenuation_at
 
-DRAWS = (64, 1024, 4)  # needle-noise points, distractor points, rho nodes (error ~0.005)
-BRACKET = 8.5  # |x*| beyond which Phi(x*) is 0 or 1 in float64
-# Newton stops when no Phi(root) moved by more than this: G is a mean of Phi(x*), so this
-# bounds G's error (G^n's by n times it) without chasing roots deep in Phi's flat tails
-# (a root just inside +-BRACKET, where Phi is 0 or 1 to 1e-17, was bisected to 1e-9 in x:
-# ~30 iterations of the whole (K, M, H) array where 5-7 converge everything else).
-PHI_TOL = 1e-12
-
-
-@functools.lru_cache(maxsize=64)
-def _normal_points(count, dims, seed):
-    points = qmc.Sobol(dims, scramble=True, seed=seed).random(count)
-    z = ndtri(np.clip(points, 1e-12, 1.0 - 1e-12))
-    z.flags.writeable = False
-    return z
-
-
-@functools.lru_cache(maxsize=16)
-def _rho_nodes(dim, nodes):
-    # Gauss nodes of rho = sqrt(2 t), t ~ Gamma(d/2) (generalised Laguerre, exact for
-    # polynomials of degree 2 nodes - 1 in rho^2).
-    t, weights = roots_genlaguerre(nodes, dim / 2 - 1)
-    rho, weights = np.sqrt(2 * t), weights / weights.sum()
-    rho.flags.writeable = weights.flags.writeable = False
-    return rho, weights
-
-
-@functools.partial(jit, static_argnames=("distractors",))
-def _needle_wins(log_needle, log_rest, log_distractor, slope, node_weight, distractors):
-    # E_rho E_needle [G^n] (module docstring). Per rho node: log_needle (K, H) = log A_h,
-    # log_rest (H,) = log R_h, log_distractor (M, H) = b_h w_h . u_perp, slope (H,) = k_h.
-    def per_node(args):
-        log_a, log_r, log_c, k = args
-        log_r = log_r[None]
-        p = jax.nn.sigmoid(log_a - log_r)  # (K, H)
-        vote = (1.0 + p)[:, None, :]
-        total = jnp.sum(p, axis=-1)[:, None]
-        shift = log_c[None] - jnp.logaddexp(log_a, log_r)[:, None]  # (K, M, H)
-        k = k[None, None]
-
-        def excess(x):  # minus the vote margin: increasing in x
-            s = jax.nn.sigmoid(k * x[..., None] + shift)
-            return jnp.sum(vote * s, -1) - total, jnp.sum(vote * k * s * (1 - s), -1)
-
-        lo = jnp.full(shift.shape[:2], -BRACKET)
-        hi = jnp.full(shift.shape[:2], BRACKET)
-        below, above = excess(lo)[0] >= 0, excess(hi)[0] <= 0
-
-        def newton(state):
-            i, x, lo, hi, _ = state
-            f, df = excess(x)
-            lo, hi = jnp.where(f < 0, x, lo), jnp.where(f < 0, hi, x)
-            step = x - f / jnp.maximum(df, 1e-300)
-            new = jnp.where((step >= lo) & (step <= hi), step, 0.5 * (lo + hi))
-            return i + 1, new, lo, hi, jnp.max(jnp.abs(ndtr(new) - ndtr(x)))
-
-        # Start where the vote margin would vanish if every sigmoid were in its exponential
-        # tail with the mean slope: exact for one head far from saturation.
-        slope = jnp.mean(k)
-        level = jnp.log(total / (jnp.sum(vote, -1) - total))
-        start = (
-            level - logsumexp(shift + jnp.log(vote / jnp.sum(vote, -1, keepdims=True)), -1)
-        ) / slope
-        state = (0, jnp.clip(start, lo, hi), lo, hi, jnp.inf)
-        x = jax.lax.while_loop(lambda st: (st[0] < 100) & (st[4] > PHI_TOL), newton, state)[1]
-        x = jnp.where(below, -jnp.inf, jnp.where(above, jnp.inf, x))
-        g = jnp.mean(ndtr(x), axis=1)  # (K,)
-        return jnp.mean(jnp.exp(distractors * jnp.log(jnp.maximum(g, 1e-300))))
-
-    return jnp.sum(
-        node_weight * jax.lax.map(per_node, (log_needle, log_rest, log_distractor, slope))
-    )
+DRAWS = 16384  # contexts per phase: binomial error sqrt(acc (1 - acc) / DRAWS) <= 0.004
+BLOCK = 2048  # contexts drawn at once
+SEED = 20260101  # the contexts' fixed seed
 
 
 def _entry_starts(phase, stride, offsets, overlap):
@@ -154,21 +68,11 @@ def _entry_starts(phase, stride, offsets, overlap):
     return own - stride if overlap else own
 
 
-def _readout_accuracy_at(
-    phase, weights, gains, chunks, dim, offsets, overlap, rope_dim, sees, draws
-):
+def _layout(phase, weights, offsets, overlap, rope_dim, dim):
+    """Which tokens each needle entry and each distractor entry pools, for one needle phase."""
     heads, slots = weights.shape
-    if heads == 0:
-        return 1.0 / chunks
     stride = slots // 2 if overlap else slots
-    if heads == 1 and not overlap and sees[0]:  # one head: Z drops out, the exact quadrature
-        kappa = (
-            rope_attenuation_at((phase - offsets[0]) % stride, rope_dim, dim) if rope_dim else 1.0
-        )
-        slot = (phase - offsets[0]) % stride
-        return float(needle_accuracy(weights[0, slot], np.sum(weights[0] ** 2), chunks, dim, kappa))
     starts = _entry_starts(phase, stride, offsets, overlap)
-    distractors = chunks - 2 if overlap else chunks - 1
     # Needle entries: each head's own entry, and with overlap the next (alias) entry.
     entry_start = np.concatenate([starts, starts + stride]) if overlap else starts
     entry_head = np.tile(np.arange(heads), 2 if overlap else 1)
@@ -188,34 +92,74 @@ def _readout_accuracy_at(
     distractor_rows = np.zeros((heads, starts.max() + slots - first))
     for h in range(heads):
         distractor_rows[h, starts[h] - first : starts[h] - first + slots] = weights[h]
+    return needle_rows, column, needle_weight, kappa, entry_head, distractor_rows
 
-    n_needle, n_distractor, n_rho = draws
-    u_needle = _normal_points(n_needle, needle_rows.shape[1], 1)  # needle column: a fresh key
-    u_distractor = _normal_points(n_distractor, distractor_rows.shape[1], 2)
-    direction = np.full(distractor_rows.shape[1], 1.0 / math.sqrt(distractor_rows.shape[1]))
-    u_perp = u_distractor - np.outer(u_distractor @ direction, direction)
-    noise_needle = u_needle @ needle_rows.T  # (K, E)
-    noise_distractor = u_perp @ distractor_rows.T  # (M, H)
-    norm2 = np.sum(weights**2, axis=1)
-    slope_per_b = distractor_rows @ direction
-    rhos, node_weight = _rho_nodes(float(dim), n_rho)
-    b = gains[None] * rhos[:, None] / dim  # (R, H)
-    # The needle token's product: rho kappa where the head sees it, else a fresh key's.
-    value = np.where(sees[entry_head], rhos[:, None, None] * kappa, u_needle[None, :, column, None])
-    z = b[:, None, entry_head] * (noise_needle[None] + needle_weight * value)  # (R, K, E)
-    log_needle = np.logaddexp(z[..., :heads], z[..., heads:]) if overlap else z
-    with np.errstate(divide="ignore"):  # a single distractor (N = 3 with overlap): no rest
-        log_rest = np.log(distractors - 1.0) + 0.5 * b**2 * norm2
-    return float(
-        _needle_wins(
-            log_needle,
-            log_rest,
-            b[:, None, :] * noise_distractor[None],
-            b * slope_per_b,
-            node_weight,
-            float(distractors),
-        )
+
+def _readout_accuracies(
+    phases, weights, gains, chunks, dim, offsets, overlap, rope_dim, sees, draws
+):
+    """acc at each of `phases` for H >= 1 heads, by Monte Carlo over the exact law (module
+    docstring). Every phase, and every call, reads the same draws (common random numbers)."""
+    layouts = [_layout(phi, weights, offsets, overlap, rope_dim, dim) for phi in phases]
+    width = max(layout[0].shape[1] for layout in layouts)
+    rows = np.stack([np.pad(x[0], ((0, 0), (0, width - x[0].shape[1]))) for x in layouts])
+    # a distractor class's logits are b * (R u) for its rows R (H, T) and u ~ N(0, I_T):
+    # drawn as b * (F w), w ~ N(0, I_H), with F F^T = R R^T (the same law, H normals, not T)
+    factors = []
+    for layout in layouts:
+        eigenvalues, vectors = np.linalg.eigh(layout[5] @ layout[5].T)
+        factors.append(vectors * np.sqrt(np.maximum(eigenvalues, 0.0)))
+    entry_head = layouts[0][4]
+    f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+    wins = _context_wins(
+        jax.random.key(SEED),
+        f32(rows),
+        jnp.asarray([x[1] for x in layouts]),
+        f32(np.stack([x[2] for x in layouts])),
+        f32(np.stack([x[3] for x in layouts])),
+        jnp.asarray(sees[entry_head]),
+        f32(np.stack(factors)),
+        f32(gains[entry_head]),
+        f32(gains),
+        dim=int(dim),
+        blocks=-(-int(draws) // BLOCK),
+        distractors=int(chunks - 2 if overlap else chunks - 1),
+        overlap=bool(overlap),
     )
+    return np.asarray(wins, float) / (-(-int(draws) // BLOCK) * BLOCK)
+
+
+@functools.partial(jit, static_argnames=("dim", "blocks", "distractors", "overlap"))
+def _context_wins(
+    key, rows, columns, needle_weight, kappa, sees, factors, entry_gain, gains, *,
+    dim, blocks, distractors, overlap,
+):  # fmt: skip
+    # wins (P,): contexts (blocks x BLOCK) in which the needle class has the largest Pbar
+    heads = gains.shape[0]
+
+    def block(block_key):
+        rho_key, u_key, v_key = jax.random.split(block_key, 3)
+        # rho = sqrt(d) |q| ~ chi_d: the norm of d standard normals
+        rho = jnp.linalg.norm(jax.random.normal(rho_key, (BLOCK, dim), jnp.float32), axis=-1)
+        u = jax.random.normal(u_key, (BLOCK, rows.shape[-1]), jnp.float32)
+        v = jax.random.normal(v_key, (BLOCK, distractors, heads), jnp.float32)
+        scale = (rho / dim)[:, None]  # (K, 1): b = gain rho / d
+
+        def at_phase(args):
+            row, column, weight, k, factor = args
+            # the needle token's product: rho kappa where the head sees it, else a fresh key's
+            value = jnp.where(sees[None], rho[:, None] * k[None], u[:, column][:, None])
+            z = entry_gain[None] * scale * (u @ row.T + weight[None] * value)  # (K, E)
+            log_needle = jnp.logaddexp(z[:, :heads], z[:, heads:]) if overlap else z
+            y = (gains[None] * scale)[:, None] * (v @ factor.T)  # (K, n, H): distractors
+            log_norm = jnp.logaddexp(log_needle, jax.nn.logsumexp(y, axis=1))  # (K, H)
+            needle = jnp.mean(jnp.exp(log_needle - log_norm), axis=-1)
+            rival = jnp.max(jnp.mean(jnp.exp(y - log_norm[:, None]), axis=-1), axis=-1)
+            return jnp.sum(needle > rival)
+
+        return jax.lax.map(at_phase, (rows, columns, needle_weight, kappa, factors))
+
+    return jnp.sum(jax.lax.map(block, jax.random.split(key, blocks)), axis=0)
 
 
 def readout_accuracy(
@@ -240,8 +184,9 @@ def readout_accuracy(
     by k s // K (K H virtual heads); keep (H,) bool: the heads left in the average (default
     all: ablation drops some); sees_needle (H,) bool: heads whose needle token is intact
     (the others see a fresh key: activation patching); phases: which phases to compute
-    (default all; the others are nan). Semi-analytic (module docstring): exact but for the
-    mean partition function, quadrature error about 0.005.
+    (default all; the others are nan); draws: contexts drawn per phase (a multiple of
+    BLOCK). The exact law, integrated by Monte Carlo with a fixed seed (module docstring):
+    binomial error sqrt(acc (1 - acc) / draws).
     """
     w = np.asarray(pooling_weights, float)
     heads, slots = w.shape
@@ -256,24 +201,28 @@ def readout_accuracy(
     virtual_gains = np.tile(gains[keep], ensemble)
     virtual_sees = np.tile(sees[keep], ensemble)
     out = np.full(stride, np.nan)
-    for phi in range(stride) if phases is None else phases:
-        out[phi] = _readout_accuracy_at(
-            phi,
-            virtual,
-            virtual_gains,
-            chunks,
-            dim,
-            virtual_offsets,
-            overlap,
-            rope_dim,
-            virtual_sees,
-            draws,
-        )
+    wanted = list(range(stride) if phases is None else phases)
+    heads_left = virtual.shape[0]
+    if heads_left == 0:
+        out[wanted] = 1.0 / chunks
+        return out
+    if heads_left == 1 and not overlap and virtual_sees[0]:
+        # one head: the partition function drops out, the exact quadrature
+        for phi in wanted:
+            slot = (phi - virtual_offsets[0]) % stride
+            kappa = rope_attenuation_at(slot, rope_dim, dim) if rope_dim else 1.0
+            norm2 = np.sum(virtual[0] ** 2)
+            out[phi] = float(needle_accuracy(virtual[0, slot], norm2, chunks, dim, kappa))
+        return out
+    out[wanted] = _readout_accuracies(
+        wanted, virtual, virtual_gains, chunks, dim, virtual_offsets, overlap, rope_dim,
+        virtual_sees, draws,
+    )  # fmt: skip
     return out
 
 
 def slot_accuracy(needle_weight, weight_norm2, chunks, dim, kappa=1.0):
-    """acc of one head alone for a needle in a slot of weight `needle_weight` (THEORY 6.12).
+    """acc of one head alone for a needle in a slot of weight `needle_weight` (docs/theory.md §6.12).
 
     needle_weight alpha[phi], weight_norm2 |alpha|^2 (same shape), chunks N, dim d, kappa
     the needle-product attenuation: theory.accuracy.needle_accuracy (exact 2-D quadrature).
@@ -386,7 +335,7 @@ def activation_patch_effect(pooling_weights, gain, chunks, dim, **variant):
 
 
 def reduced_needle_mass(pooling_logits, gain, chunks, offsets=None, overlap=False, kappa=None):
-    """Pbar[phi] at d = inf for the chunking variants (THEORY 5 with shifted/overlapping chunks).
+    """Pbar[phi] at d = inf for the chunking variants (docs/theory.md §5 with shifted/overlapping chunks).
 
     pooling_logits (H, S); gain (H,); offsets per-head shifts (static ints); kappa: None or
     a function rel -> attenuation (RoPE anchoring). Head h sees the needle at head phase

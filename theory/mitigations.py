@@ -1,4 +1,4 @@
-"""Mitigations of periodic weak spots and their predicted effect on delta_max (THEORY 7).
+"""Mitigations of periodic weak spots and their predicted effect on delta_max (docs/theory.md §7).
 
 * Phase-entropy regulariser -epsilon * mean_h H(alpha_h): near uniform,
   H(alpha) = log s - (1/(2s)) |P u|^2 + O(u^3) in the logits u, which adds

@@ -10,7 +10,7 @@ products vanish, so `|y|^2 -> |alpha|^2` and the logits are
 
     needle      z[c*] = beta alpha_phi / |alpha| =: m_phi,      distractors   z[c] = 0,
 
-THEORY 5 with `beta alpha_phi` replaced by `beta alpha_phi / |alpha|`:
+docs/theory.md §5 with `beta alpha_phi` replaced by `beta alpha_phi / |alpha|`:
 
     L(a) = N/(N-1) mean_phi (1 - sigma_N(m_phi))^2.
 
@@ -25,7 +25,7 @@ Hessian on the zero-sum logits is isotropic and every zero-sum mode grows at
 
     lambda = -(N/(N-1)) (m0 / s) (m0 l''(m0) - l'(m0)).
 
-The first term is softmax_pool's (THEORY 6.2, there with `m = beta/s` and a factor 1/s^2
+The first term is softmax_pool's (docs/theory.md §6.2, there with `m = beta/s` and a factor 1/s^2
 from `dm = beta da/s`); the second, `+l' < 0`, comes from `d|alpha|`: moving weight off
 uniform always raises `|alpha|`, which lowers every needle logit, so normalisation
 stabilises. With `g = 1 - sigma_N(m)`, `l' = -2 g^2 (1-g)` and `l'' = 2 g^2 (1-g)(2-3g)`,
@@ -55,7 +55,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import betainc
 
-from .accuracy import _chi_nodes, _normal_nodes
+from .quadrature import chi_nodes, normal_nodes
 from .reduced import retrieval_probability
 
 #: m0 where N_c(m0) is smallest: d/dm log((2m+1) e^m / (m-1)) = 0, i.e. 2m^2 - m - 4 = 0.
@@ -76,7 +76,7 @@ def normalised_needle_logit(pooling_logits, gain):
 def normalised_reduced_loss(pooling_logits, gain, chunks):
     """L(a) = N/(N-1) mean_phi (1 - Pbar[phi])^2, Pbar = mean_h sigma_N(m_h,phi) (module docstring).
 
-    The THEORY 5 loss with softmax_pool's needle logit `beta alpha_phi` replaced by the
+    The docs/theory.md §5 loss with softmax_pool's needle logit `beta alpha_phi` replaced by the
     unit-normalised key's `beta alpha_phi / |alpha|`. pooling_logits: (H, s); gain: (H,);
     chunks: N. Returns a scalar; differentiable in both.
     """
@@ -125,14 +125,14 @@ def normalised_unstable_gains(stride, chunks):
 
 @functools.lru_cache(maxsize=8)
 def _chi2_nodes(dof, nodes):
-    rho, w = _chi_nodes(float(dof), nodes)
+    rho, w = chi_nodes(float(dof), nodes)
     return rho**2, w
 
 
 def normalised_phase_accuracy(pooling_weights, chunks, dim, nodes=32):
     """acc[phi] at finite d for the unit-normalised key `K = y/|y|` (exact up to quadrature).
 
-    Derivation (THEORY 6.12's conditioning, extended to the norm). With q = x[c*, phi],
+    Derivation (docs/theory.md §6.12's conditioning, extended to the norm). With q = x[c*, phi],
     r = |q|^2 and q_hat = q/|q|, write `y[c*] = A q_hat + P` with
     `A = alpha_phi sqrt(r) + s_phi Z / sqrt(d)` (s_phi^2 = |alpha|^2 - alpha_phi^2) and P
     orthogonal to q, `|P|^2 = s_phi^2 W / d`, W ~ chi2_{d-1}, all independent. A logit is
@@ -148,8 +148,8 @@ def normalised_phase_accuracy(pooling_weights, chunks, dim, nodes=32):
     alpha = np.asarray(pooling_weights, float)
     distinct, where = np.unique(alpha, return_inverse=True)
     others = np.sqrt(np.maximum(np.sum(alpha**2) - distinct**2, 0.0))
-    rho, w_rho = _chi_nodes(float(dim), nodes)  # rho = sqrt(r d) ~ chi_d
-    z, w_z = _normal_nodes(nodes)
+    rho, w_rho = chi_nodes(float(dim), nodes)  # rho = sqrt(r d) ~ chi_d
+    z, w_z = normal_nodes(nodes)
     w2, w_w = _chi2_nodes(dim - 1, nodes)
     # In units of 1/sqrt(d): A sqrt(d) = alpha rho + s Z, |P| sqrt(d) = s sqrt(W).
     a = distinct[:, None, None] * rho[None, :, None] + others[:, None, None] * z[None, None, :]

@@ -1,4 +1,4 @@
-"""The large-d reduced loss of THEORY section 5, as a differentiable jax function.
+"""The large-d reduced loss of docs/theory.md §5, as a differentiable jax function.
 
 Parametrisation. ``pooling_logits`` (H, s) are the softmax-pool logits ``a_h``;
 ``gain`` (H,) is the gain ``beta_h`` itself (positive). A flow that learns the
@@ -19,7 +19,7 @@ LOSSES = ("mse", "ce")
 
 
 def retrieval_probability(logit, chunks):
-    """sigma_N(m) = e^m / (e^m + N - 1): soft mass on the needle chunk (THEORY 5).
+    """sigma_N(m) = e^m / (e^m + N - 1): soft mass on the needle chunk (docs/theory.md §5).
 
     logit: any shape, the needle logit m (distractor logits are 0 at d = inf).
     Returns the same shape.
@@ -28,7 +28,7 @@ def retrieval_probability(logit, chunks):
 
 
 def mean_needle_probability(pooling_logits: PoolingLogits, gain: Gains, chunks, phase_scale=None):
-    """Pbar[phi] = mean_h sigma_N(beta_h alpha_h[phi] kappa[phi]) at d = inf (THEORY 5).
+    """Pbar[phi] = mean_h sigma_N(beta_h alpha_h[phi] kappa[phi]) at d = inf (docs/theory.md §5).
 
     pooling_logits: (H, s); gain: (H,); chunks: N; phase_scale: optional (s,) factor
     kappa[phi] on the needle logit (RoPE anchoring attenuation, theory.rope; 1 when None).
@@ -50,11 +50,11 @@ def reduced_loss(
     phase_scale=None,
     entropy_weight=0.0,
 ):
-    """L_inf(a, beta) of THEORY 5 (+ THEORY 6.6 weight decay), differentiable in both.
+    """L_inf(a, beta) of docs/theory.md §5 (+ docs/theory.md §6.6 weight decay), differentiable in both.
 
     pooling_logits: (H, s) logits a_h; gain: (H,) gains beta_h > 0; chunks: N.
     loss: "mse" gives N/(N-1) mean_phi (1 - Pbar[phi])^2, "ce" gives mean_phi -log Pbar[phi].
-    weight_decay: adds weight_decay/2 * sum_h beta_h^2 (THEORY 6.6).
+    weight_decay: adds weight_decay/2 * sum_h beta_h^2 (docs/theory.md §6.6).
     phase_scale: optional (s,) needle-logit factor (RoPE anchoring, theory.rope).
     entropy_weight: adds -entropy_weight * mean_h H(alpha_h), the phase-entropy
     regulariser of theory.mitigations.

@@ -1,4 +1,4 @@
-"""RoPE anchoring: a compressed key carries its chunk's first position (THEORY 7).
+"""RoPE anchoring: a compressed key carries its chunk's first position (docs/theory.md §7).
 
 Derivation. With rotary pairs on the last rope_dim of d channels, pair i turning at
 theta_i = rope_theta^(-2i/rope_dim), a needle at phase phi sits phi tokens after its

@@ -1,6 +1,6 @@
 """Which supports the reduced flow can end on, and which it does from near-uniform starts.
 
-Derivation (THEORY 6.4; one head, mse, c = N/(N-1), l(m) = (1 - sigma_N(m))^2,
+Derivation (docs/theory.md §6.4; one head, mse, c = N/(N-1), l(m) = (1 - sigma_N(m))^2,
 w(m) = -l'(m) = 2 sigma (1 - sigma)^2). With G_j = dL/dalpha_j = (c/s) beta l'(beta alpha_j),
 the logit flow is da_j/dt = -alpha_j (G_j - sum_i alpha_i G_i). At the k-phase state
 (alpha = 1/k on a support S, 0 elsewhere):
@@ -19,17 +19,17 @@ w is hump-shaped with its peak at sigma = 1/3 (the instability threshold), so th
 k-state is stable iff log((N-1)/2) <= beta/k <= m_reentry(N), where
 sigma_N(m_reentry) is the root above 1/3 of x (1 - x)^2 = w(0)/2.
 Which admissible k is reached from near-uniform starts depends on the start's
-direction only (the linear phase scales it, THEORY 6.2): predicted_support_size
+direction only (the linear phase scales it, docs/theory.md §6.2): predicted_support_size
 samples that map over isotropic directions with a fixed-step integrator of its own.
 
 Finite d (dim=d). The same map under the expected finite-d loss L_d (theory.finite_d) in
 place of L_inf. L_d is a mean over phases of one function of two numbers,
 f(alpha_phi, o_phi) with o_phi = |alpha|^2 - alpha_phi^2 (theory.finite_d: the needle sees
 alpha_phi and o_phi, the distractors |alpha|^2), the same for every stride. Evaluating its
-quadrature at every RK4 stage costs ~2 ms per start, so the flow uses f's Chebyshev
+quadrature at every RK4 stage is costly, so the flow uses f's Chebyshev
 interpolant on [0, 1]^2 (degrees SURROGATE_DEGREES, built once per (N, beta, d) from the
 quadrature at the Chebyshev points): permutation symmetric like L_d, so uniform pooling
-stays a fixed point, and within ~1e-7 of L_d in value and gradient (tests). With
+stays a fixed point, and close to L_d in value and gradient (tests/test_support_finite_d.py). With
 g_phi = dL/dalpha_phi = (f_x(alpha_phi, o_phi) + 2 alpha_phi sum_{q != phi} f_o(alpha_q, o_q)) / s
 the logit flow is da/dt = -alpha (g - alpha . g), as at d = inf. The admissible sizes at d
 follow the same two tests as above, on f: the zero-sum curvature inside the support of the
@@ -45,15 +45,11 @@ import numpy as np
 
 from weakspots.idealized.xla import jit
 
-from ._sigmoid import mse_drive, sigma_n
-from .finite_d import CHI_NODES, _chi_grid, expected_loss_given_norm
+from .finite_d import CHI_NODES, expected_loss_given_norm
+from .needle_mass import mse_curvature, mse_drive, sigma_n
+from .quadrature import chi_nodes_traced
 from .reduced import reduced_loss
 from .thresholds import growth_rate
-
-
-def _l2(margin, chunks):
-    g = 1.0 - sigma_n(margin, chunks)
-    return 2.0 * g**2 * (1.0 - g) * (2.0 - 3.0 * g)
 
 
 def internal_rate(stride, chunks, gain, support_size):
@@ -64,7 +60,7 @@ def internal_rate(stride, chunks, gain, support_size):
     """
     k = np.asarray(support_size, float)
     c = chunks / (chunks - 1.0)
-    rate = -(c * gain**2 / (stride * k**2)) * _l2(gain / k, chunks)
+    rate = -(c * gain**2 / (stride * k**2)) * mse_curvature(gain / k, chunks)
     return np.where(k > 1, rate, 0.0)
 
 
@@ -103,7 +99,7 @@ def reentry_margin(chunks):
 
 
 def stable_support_sizes(stride, chunks, gain, dim=None):
-    """Admissible support sizes k: internally stable and stable against re-entry (THEORY 6.4).
+    """Admissible support sizes k: internally stable and stable against re-entry (docs/theory.md §6.4).
 
     stride s, chunks N, gain beta (one head, mse); dim: None (or inf) for L_inf, else d:
     the same tests on L_d (finite_d_support_rates). Returns a sorted int array.
@@ -120,7 +116,7 @@ def stable_support_sizes(stride, chunks, gain, dim=None):
 
 
 def support_loss(stride, chunks, gain, support_size):
-    """L_inf at the k-phase state: c [(k/s) l(beta/k) + ((s-k)/s) l(0)] (THEORY 5, 6.4)."""
+    """L_inf at the k-phase state: c [(k/s) l(beta/k) + ((s-k)/s) l(0)] (docs/theory.md §5, §6.4)."""
     k = np.asarray(support_size, float)
     c = chunks / (chunks - 1.0)
     dropped = (1.0 - 1.0 / chunks) ** 2
@@ -209,7 +205,7 @@ def sampled_final_weights(
 
 
 def predicted_support_size(stride, chunks, gain, samples=256, seed=0, dim=None):
-    """Distribution of the support size k reached from near-uniform starts (THEORY 6.4).
+    """Distribution of the support size k reached from near-uniform starts (docs/theory.md §6.4).
 
     stride s, chunks N, gain beta (one head, mse); dim: None for the d = inf flow of
     L_inf, or d for the flow of the finite-d loss L_d (module docstring). Semi-analytic:
@@ -224,7 +220,7 @@ def predicted_support_size(stride, chunks, gain, samples=256, seed=0, dim=None):
 
 
 def support_profile(stride, chunks, gain, dim, samples=256, seed=0):
-    """Predicted per-phase accuracy, delta_max and psc of the k-state reached (THEORY 7).
+    """Predicted per-phase accuracy, delta_max and psc of the k-state reached (docs/theory.md §7).
 
     Uses the most probable k of predicted_support_size and theory.accuracy at dim d
     (inf allowed). Returns (accuracy (s,), delta_max, psc); phases sorted covered first.
@@ -240,7 +236,7 @@ def support_profile(stride, chunks, gain, dim, samples=256, seed=0):
 # --- Finite d: the flow of L_d through its per-phase interpolant (module docstring) ---------
 
 SURROGATE_DEGREES = (64, 24)  # Chebyshev terms in alpha_phi and in o_phi; tests measure the error
-FINITE_D_STEP = 4.0  # RK4 step of the finite-d flow: outcomes at 0.5, 1, 2 measured identical
+FINITE_D_STEP = 4.0  # RK4 step of the finite-d flow (tests compare it with diffrax's flow)
 FINITE_D_SETTLE = 400.0  # time past t*(amplitude) before the flow may stop once decided
 FINITE_D_BLOCK = 400.0  # the covered set must hold this long, every phase clear of the band
 FINITE_D_MAX_SETTLE = 20000.0  # hard stop past t*(amplitude)
@@ -252,7 +248,7 @@ def _chebyshev_points(n):
 
 @jit
 def _per_phase_loss_rows(needle_weight, others2, chunks, gain, dim):
-    rho, log_w = _chi_grid(dim, CHI_NODES)
+    rho, log_w = chi_nodes_traced(dim, CHI_NODES)
 
     def row(x):  # one alpha_phi against every o_phi: (O,)
         x = jnp.broadcast_to(x, others2.shape)[:, None]

@@ -1,6 +1,6 @@
 """Instability of uniform pooling: growth rates, thresholds and the time to specialise.
 
-Derivation (THEORY 6.2, extended to H heads and to the ce loss). Write the per-phase
+Derivation (docs/theory.md §6.2, extended to H heads and to the ce loss). Write the per-phase
 loss as ell(Pbar) (mse: N/(N-1) (1 - P)^2; ce: -log P), with
 Pbar[phi] = (1/H) sum_h sigma_N(beta alpha_h[phi]). Near uniform pooling,
 alpha_h = 1/s + P u_h / s + O(u^2) with u_h the logits and P the centring projector;
@@ -11,7 +11,7 @@ Expanding to second order, with p = sigma_N(beta/s) and sigma', sigma'' at beta/
 
 Two invariant subspaces: the common mode (all u_h equal, dimension s-1) grows at
 lambda_c = -(beta^2 / (H s^3)) [ell' sigma'' + ell'' sigma'^2], which for H = 1 and mse
-is THEORY's -(N/(N-1)) beta^2/s^3 l''(beta/s); the differential modes
+is docs/theory.md §6.2's -(N/(N-1)) beta^2/s^3 l''(beta/s); the differential modes
 (sum_h u_h = 0, dimension (H-1)(s-1)) grow at lambda_d = -(beta^2/(H s^3)) ell' sigma''.
 Since ell'' sigma'^2 > 0, lambda_d > lambda_c: with two or more heads the heads first
 split the phases between them, and the threshold moves from sigma_N(beta/s) < 1/3
@@ -27,8 +27,9 @@ import numpy as np
 
 from weakspots.idealized.xla import jit
 
-from ._sigmoid import sigma_n
-from .reduced import LOSSES, reduced_loss
+from .needle_mass import sigma_n
+from .quadrature import log_chi_mean
+from .reduced import LOSSES, centred_logits, reduced_loss
 
 
 def _sigma_derivatives(margin, chunks):
@@ -51,7 +52,7 @@ def growth_rates(stride, chunks, gain, heads=1, loss="mse"):
     """(lambda_common, lambda_differential) of zero-sum perturbations of uniform pooling.
 
     stride s, chunks N, gain beta (scalars or broadcastable arrays), heads H, loss
-    "mse" | "ce". Derivation in this module's docstring (THEORY 6.2 for H = 1, mse).
+    "mse" | "ce". Derivation in this module's docstring (docs/theory.md §6.2 for H = 1, mse).
     Returns two arrays; lambda_differential is nan for H = 1 (no such mode).
     """
     s, n, beta = np.asarray(stride, float), np.asarray(chunks, float), np.asarray(gain, float)
@@ -66,7 +67,7 @@ def growth_rates(stride, chunks, gain, heads=1, loss="mse"):
 
 
 def growth_rate(stride, chunks, gain, heads=1, loss="mse"):
-    """lambda: the fastest growth rate of perturbations of uniform pooling (THEORY 6.2).
+    """lambda: the fastest growth rate of perturbations of uniform pooling (docs/theory.md §6.2).
 
     Same arguments as growth_rates. H = 1, mse: -(N/(N-1)) beta^2/s^3 l''(beta/s);
     H >= 2: the differential (phase-splitting) rate, which is the larger.
@@ -77,7 +78,7 @@ def growth_rate(stride, chunks, gain, heads=1, loss="mse"):
 
 
 def critical_chunks(gain, stride, heads=1, loss="mse"):
-    """N_c: uniform pooling is unstable for N > N_c (THEORY 6.3; heads/ce: module docstring).
+    """N_c: uniform pooling is unstable for N > N_c (docs/theory.md §6.3; heads/ce: module docstring).
 
     gain beta, stride s (scalars or arrays). H = 1 mse: 1 + 2 exp(beta/s);
     H >= 2 (either loss): 1 + exp(beta/s); H = 1 ce: inf (never unstable).
@@ -103,19 +104,6 @@ def critical_gain(chunks, stride, heads=1, loss="mse"):
     return s * np.log((n - 1.0) / factor)
 
 
-def _log_chi_mean(dof):
-    # E log chi_k = (log 2 + digamma(k/2)) / 2, digamma at half-integers by recursion.
-    half = dof / 2.0
-    if dof % 2 == 0:
-        digamma, x = -np.euler_gamma, 1.0
-    else:
-        digamma, x = -np.euler_gamma - 2.0 * math.log(2.0), 0.5
-    while x < half - 1e-9:
-        digamma += 1.0 / x
-        x += 1.0
-    return 0.5 * (math.log(2.0) + digamma)
-
-
 def _split_modes(centred):
     common = jnp.mean(centred, axis=0, keepdims=True)
     return jnp.broadcast_to(common, centred.shape), centred - common
@@ -133,7 +121,7 @@ def _ray_speed(direction, radius, gain, chunks, loss_is_ce):
 
 
 def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.25, nodes=96):
-    """tau: nonlinear offset of the time to reach |P a| = event_level along a ray (THEORY 7).
+    """tau: nonlinear offset of the time to reach |P a| = event_level along a ray (docs/theory.md §7).
 
     direction: (H, s) or (M, H, s) directions v (centred per head and normalised here);
     stride s, chunks N, gain beta. Along the ray a = x v the flow's radial speed is
@@ -146,7 +134,7 @@ def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.2
     v = np.asarray(direction, float)
     if v.ndim == 2:
         v = v[None]
-    v = v - v.mean(axis=-1, keepdims=True)
+    v = centred_logits(v)
     v = v / np.linalg.norm(v, axis=(-2, -1), keepdims=True)
     heads = v.shape[1]
     betas = jnp.full((heads,), float(gain))
@@ -176,10 +164,23 @@ def ray_time_offset(direction, stride, chunks, gain, loss="mse", event_level=0.2
 
 def _isotropic_directions(rng, count, heads, stride):
     z = rng.standard_normal((count, heads, stride))
-    z = z - z.mean(axis=-1, keepdims=True)
+    z = centred_logits(z)
     if heads > 1:  # the dominant (differential) subspace
         z = z - z.mean(axis=1, keepdims=True)
     return z
+
+
+def nonlinear_offset(
+    stride, chunks, gain, heads=1, loss="mse", event_level=0.25, directions=64, seed=0
+):
+    """tau of specialization_time for isotropic starts: the direction-averaged ray offset.
+
+    ray_time_offset over `directions` isotropic directions of the dominant mode (fixed seed);
+    0 where the radial speed stalls. Returns a float.
+    """
+    rays = _isotropic_directions(np.random.default_rng(seed), directions, heads, stride)
+    tau = ray_time_offset(rays, stride, chunks, gain, loss, event_level)[0]
+    return float(tau) if np.isfinite(tau) else 0.0
 
 
 def specialization_time(
@@ -194,9 +195,9 @@ def specialization_time(
     directions=64,
     seed=0,
 ):
-    """t*: first time the order parameter delta = |P a|_F reaches event_level (THEORY 7).
+    """t*: first time the order parameter delta = |P a|_F reaches event_level (docs/theory.md §7).
 
-    Definitions shared with sims.flow.reduced_flow: delta(t) = Frobenius norm of the
+    Definitions shared with sims.flow.solve_many: delta(t) = Frobenius norm of the
     per-head centred pooling logits (= |log alpha - mean log alpha|, a function of the
     pooling weights); the event is delta = event_level (default 0.25: the end of the
     linear phase, weights off uniform by about 10%; the later collapse onto a support
@@ -218,19 +219,17 @@ def specialization_time(
     rng = np.random.default_rng(seed)
     if pooling_logits is not None:
         a0 = np.asarray(pooling_logits, float)
-        centred = a0 - a0.mean(axis=-1, keepdims=True)
+        centred = centred_logits(a0)
         common, diff = (np.asarray(x) for x in _split_modes(jnp.asarray(centred)))
         log_common = math.log(np.linalg.norm(common) + 1e-300)
         log_diff = math.log(np.linalg.norm(diff) + 1e-300) if heads > 1 else -math.inf
         rays = [diff if heads > 1 else common]
     else:
-        log_common = (
-            math.log(init_scale) + _log_chi_mean(stride - 1)
-            if heads == 1
-            else (math.log(init_scale) + _log_chi_mean(stride - 1) + 0.5 * math.log(heads))
-        )
+        # the common mode repeats the heads' mean (variance init_scale^2 / H per entry) on
+        # each of the H heads: its Frobenius norm is init_scale chi_{s-1}, whatever H
+        log_common = math.log(init_scale) + log_chi_mean(stride - 1)
         log_diff = (
-            math.log(init_scale) + _log_chi_mean((heads - 1) * (stride - 1))
+            math.log(init_scale) + log_chi_mean((heads - 1) * (stride - 1))
             if heads > 1
             else -math.inf
         )

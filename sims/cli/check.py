@@ -26,6 +26,9 @@ def register(subparsers) -> None:
         "name, config, predicted, ODE, SGD, relative error, tolerance, pass. By default the "
         "experiments without a figure (paper_repro.py draws the rest); --all adds those. "
         "Exit code 1 if any row fails.",
+        epilog=common.examples(
+            "weakspots check --quick", "weakspots check --quick --json > rows.json"
+        ),
     )
     parser.add_argument("--quick", action="store_true", help="fewer configs and samples")
     which = parser.add_mutually_exclusive_group()

@@ -14,7 +14,6 @@ from weakspots.sims.flow import FlowFailed, FlowResult, solve
 from . import common
 
 _DEFAULT = FlowConfig()
-EXAMPLE = "example: weakspots flow --chunks 64 --gain 16 --t1 400 --json"
 
 
 def register(subparsers) -> None:
@@ -24,7 +23,10 @@ def register(subparsers) -> None:
         description="Integrate the reduced gradient flow of THEORY 5 (diffrax Tsit5 + PID, "
         "float64) from the trainer's initial pooling logits for --seed; print the pooling "
         "weights over time. Every flag is a field of idealized.config.FlowConfig.",
-        epilog=EXAMPLE,
+        epilog=common.examples(
+            "weakspots flow --chunks 64 --gain 16 --t1 400",
+            "weakspots flow --stride 4 --chunks 40 --heads 2 --json",
+        ),
     )
     model = parser.add_argument_group("model")
     model.add_argument("--stride", type=int, default=_DEFAULT.stride, help=_h("tokens per chunk s"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 
 from . import common
@@ -22,8 +23,8 @@ def register(subparsers) -> None:
         epilog=common.examples(
             "weakspots sweep examples/sweep_tiny.toml --store results/tiny --dry-run",
             "weakspots sweep examples/sweep_tiny.toml --store results/tiny --resume",
-            "weakspots sweep spec.toml --store /shared/store --resume --quiet "
-            "--slice ${SLURM_ARRAY_TASK_ID}/${SLURM_ARRAY_TASK_COUNT}",
+            "weakspots sweep spec.toml --store /shared/store --resume --quiet  "
+            "# in a Slurm array task: its share",
             "weakspots plot results/tiny --x gain --y delta_max --hue operator",
         ),
     )
@@ -33,18 +34,23 @@ def register(subparsers) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "--slice",
-        default="0/1",
+        default=None,
         metavar="i/n",
-        help="run only share i of n (0 <= i < n): every n-th run from the i-th",
+        help="run only share i of n (0 <= i < n): every n-th run from the i-th (default: "
+        "this task's share of a Slurm job array, from SLURM_ARRAY_TASK_*; else 0/1)",
     )
     parser.add_argument(
         "--runs-per-device",
         type=int,
         default=None,
-        help="runs per device in one batch (default: sized from --memory-gb)",
+        help="runs per device in one batch (default: as many as fit --memory-gb)",
     )
     parser.add_argument(
-        "--memory-gb", type=float, default=1.0, help="memory per device to size batches"
+        "--memory-gb",
+        type=float,
+        default=None,
+        help="memory per device one batch may take (default: half the device's free "
+        "memory; on CPU, half the host's available memory over its devices)",
     )
     parser.add_argument(
         "--dry-run",
@@ -67,6 +73,14 @@ def register(subparsers) -> None:
     group.add_argument(
         "--process-id", type=int, default=None, help="this process's rank (default: auto-detected)"
     )
+    group.add_argument(
+        "--distributed-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="longest wait for the other processes (connecting, barriers, a silent peer) "
+        "before exiting with status 1 (default: $WEAKSPOTS_DISTRIBUTED_TIMEOUT, else 120)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -81,20 +95,24 @@ def parse_slice(text: str) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    index, count = parse_slice(args.slice)
     if args.runs_per_device is not None and args.runs_per_device < 1:
         raise common.UsageError(
             f"--runs-per-device: must be an integer >= 1, got {args.runs_per_device}"
         )
-    if not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
+    if args.memory_gb is not None and not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
         raise common.UsageError(f"--memory-gb: must be a finite number > 0, got {args.memory_gb}")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
     from weakspots.sims import store, sweep
 
     try:
+        share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
+        index, count = share or (0, 1)
         runs = sweep.select_slice(sweep.load_spec(args.spec).runs(), index, count)
+        timeout = sweep.distributed_timeout(args.distributed_timeout)
     except sweep.SpecError as err:
         raise common.UsageError(str(err)) from None
+    if args.slice is None and share is not None and not args.quiet:
+        print(f"sweep: Slurm array task: slice {index}/{count}", file=sys.stderr)
     if args.dry_run:
         print(dry_run_report(runs, args.store if args.resume else None))
         return 0
@@ -102,20 +120,47 @@ def run(args: argparse.Namespace) -> int:
         store.prepare(args.store)  # before anything trains
     except store.StoreError as err:
         raise common.UsageError(f"--store: {err}") from None
+    if args.distributed:
+        return _run_distributed(args, sweep, runs, timeout)
+    return _run(args, sweep, runs, timeout)
+
+
+def _run_distributed(args, sweep, runs, timeout: float) -> int:
+    """`_run` as one of several processes: any failure ends this process at once, status 1.
+
+    A process that raised and then exited normally would wait at jax's shutdown barrier
+    while the others wait for it in a collective; exiting at once lets the others see its
+    heartbeat stop (within the timeout) instead.
+    """
+    try:
+        sweep.start_distributed(
+            args.coordinator, args.num_processes, args.process_id, timeout=timeout
+        )
+    except sweep.SpecError as err:
+        raise common.UsageError(str(err)) from None
+    try:
+        return _run(args, sweep, runs, timeout)
+    except Exception as err:  # noqa: BLE001  (reported in one line, then the process ends)
+        import jax
+
+        print(
+            f"weakspots sweep: error: process {jax.process_index()}: {err}",
+            file=sys.stderr,
+            flush=True,
+        )
+        sys.stdout.flush()
+        os._exit(1)
+
+
+def _run(args, sweep, runs, timeout: float) -> int:
     import jax
 
+    from weakspots.sims import store
     from weakspots.sims.progress import Progress
 
-    if args.distributed:
-        jax.distributed.initialize(
-            coordinator_address=args.coordinator,
-            num_processes=args.num_processes,
-            process_id=args.process_id,
-        )
-
     mesh = sweep.run_mesh()
-    enabled = not args.quiet and jax.process_index() == 0
     try:
+        enabled = not args.quiet and jax.process_index() == 0
         with Progress("sweep", "runs", enabled=enabled) as progress:
             report = sweep.run_sweep(
                 runs,
@@ -123,12 +168,11 @@ def run(args: argparse.Namespace) -> int:
                 resume=args.resume,
                 mesh=mesh,
                 runs_per_device=args.runs_per_device,
-                memory_bytes=int(args.memory_gb * 2**30),
+                memory_bytes=None if args.memory_gb is None else int(args.memory_gb * 2**30),
                 progress=progress,
+                timeout=timeout,
             )
     except KeyboardInterrupt:
-        from weakspots.sims import store
-
         stored = len(store.completed_hashes(args.store) & {r.hash for r in runs})
         print(
             f"weakspots sweep: interrupted: stored {stored} of {len(runs)} runs; "
@@ -136,11 +180,17 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    if enabled:
+    if not args.quiet:
+        processes = ""
+        if jax.process_count() > 1:
+            processes = (
+                f" in {jax.process_count()} processes; process {jax.process_index()} "
+                f"wrote {report.written}"
+            )
         print(
             f"sweep: {report.ran} runs in {report.seconds:.1f}s "
-            f"({report.runs_per_second:.2f} runs/s) over {report.devices} device(s), "
-            f"{report.buckets} bucket(s); {report.skipped} already stored",
+            f"({report.runs_per_second:.2f} runs/s) over {report.devices} device(s)"
+            f"{processes}, {report.buckets} bucket(s); {report.skipped} already stored",
             file=sys.stderr,
         )
     return 0

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 from weakspots.sims.experiments import (
     accuracy_formula,
+    escape_onset,
     finite_d_accuracy,
     finite_d_limit,
     growth_rate,
@@ -34,6 +35,7 @@ from weakspots.sims.experiments import (
     head_coverage,
     learned_gain,
     learned_gain_end_state,
+    learned_gain_law,
     linear_growth,
     lm_family,
     lm_position,
@@ -41,9 +43,12 @@ from weakspots.sims.experiments import (
     operators,
     phase_diagram,
     pooling_dynamics,
+    readout_exact,
     reentry,
     rope_anchoring,
+    selection_law,
     sgd_follows_flow,
+    sgd_onset,
     solver,
     specialization_time,
     support_from_starts,
@@ -109,6 +114,11 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     reentry.EXPERIMENT,
     sgd_follows_flow.EXPERIMENT,
     finite_d_limit.EXPERIMENT,
+    selection_law.EXPERIMENT,
+    escape_onset.EXPERIMENT,
+    sgd_onset.EXPERIMENT,
+    readout_exact.EXPERIMENT,
+    learned_gain_law.EXPERIMENT,
 )
 
 

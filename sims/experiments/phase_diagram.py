@@ -23,6 +23,8 @@ from weakspots.sims.experiments.canonical import (
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.experiments.uniform_state import uniform_escape
 
+ESCAPE_GAINS = (12.0, 16.0, 20.0, 24.0, 28.0, 32.0)  # the derived boundary's gains (full)
+
 
 def configs(budget: Budget) -> list[TrainConfig]:
     """The SGD points: N across budget.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
@@ -61,14 +63,21 @@ def run(budget: Budget) -> dict:
 
 def predict(budget: Budget, results: dict) -> dict:
     """The critical curve N_c = 1 + 2 exp(gain/stride) (docs/theory.md §6.3), N_c(d) at the
-    SGD runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), and
-    the N past which a run leaves uniform pooling within its budget (`escape_chunks`)."""
+    SGD runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), the N
+    past which a run leaves uniform pooling within its budget from the SGD recursion
+    (`escape_chunks`), and the derived boundary N_esc(d, lr, B, steps) over gain
+    (`escape_boundary`: theory.escape_boundary_curve, at gain 16 only below the full budget)."""
     ratios = np.linspace(min(results["ratios"]), max(results["ratios"]), 200)
+    sgd = base_config(budget)
+    gains = ESCAPE_GAINS if not budget.quick else (GAIN,)
     return {
         "ratios": ratios.tolist(),
         "critical_chunks": (1 + 2 * np.exp(ratios)).tolist(),
         "critical_chunks_finite_d": theory.critical_chunks_finite_d(GAIN, STRIDE, DIM),
         **escape_chunks(budget),
+        "escape_boundary": theory.escape_boundary_curve(
+            STRIDE, gains, DIM, sgd.lr, sgd.batch, budget.steps
+        ),
     }
 
 
@@ -97,17 +106,21 @@ def escape_chunks(budget: Budget) -> dict:
 
 def rows(results: dict, predictions: dict) -> list[Row]:
     """SGD bracket of the threshold at gain 16 (largest N that stays uniform, smallest that
-    specialises) against N_c at d = inf (prediction) and the N past which most runs escape
-    uniform pooling (consistency: it simulates the SGD recursion on L_d). N_c(d = 64) of
-    the finite-d loss is not a row: runs leave the metastable uniform state before it.
-    Without a bracket (every point uniform, or every one specialised) both rows fail."""
+    specialises) against N_c at d = inf (prediction), the derived escape boundary N_esc
+    (prediction: the passage law, theory.escape_boundary) and the N past which most runs
+    escape uniform pooling (consistency: it simulates the SGD recursion on L_d). N_c(d = 64)
+    of the finite-d loss is not a row: runs leave the metastable uniform state before it.
+    Without a bracket (every point uniform, or every one specialised) every row fails."""
     at_gain = [p for p in results["sgd"] if abs(p["ratio"] - GAIN / STRIDE) < 1e-9]
     uniform = [p["chunks"] for p in at_gain if p["support"] == STRIDE]
     special = [p["chunks"] for p in at_gain if p["support"] < STRIDE]
     steps = predictions["escape_steps"]
     escape_name = f"N with P(escape) = 1/2 (L_d recursion at d={DIM}, {steps} steps)"
+    boundary = predictions["escape_boundary"]
+    n_esc = boundary["chunks"][boundary["gain"].index(GAIN)]
     predicted = [
         ("N_c", "prediction", float(theory.critical_chunks(GAIN, STRIDE))),
+        (f"N_esc (passage law at d={DIM}, {steps} steps)", "prediction", float(n_esc)),
         (escape_name, "consistency", float(predictions["escape_chunks"])),
     ]
     if not uniform or not special:
@@ -139,5 +152,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "phase_diagram", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+    "phase_diagram", run, predict, rows, configs=configs, version=4, figure=drawn_in_figures
 )

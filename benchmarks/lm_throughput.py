@@ -63,7 +63,7 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float]:
 
 def matmul_rate(side: int, count: int) -> Callable[[], object]:
     """A call doing `count` dependent `side x side` float32 matmuls (FLOPs: `2 side^3` each)."""
-    a = jax.random.normal(jax.random.key(0), (side, side), jnp.float32) / np.sqrt(side)
+    a = jax.random.normal(jax.random.key(0), (side, side), jnp.float32) / float(np.sqrt(side))
 
     @jax.jit
     def chain(x):

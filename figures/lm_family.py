@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure
+from weakspots.figures.style import COLORS, figure, legend_below
 
 CAPTION = (
     "The decoder family under one training budget: delta_max (best minus worst value phase, outcomes pooled over seeds) for each compression operator at each stride, one panel per context length; 'none' is the dense control, its phases counted at the same stride.",
@@ -43,16 +43,30 @@ def make(results, predictions=None):
                     label=f"s = {stride}" if i == 0 else None,
                 )
                 ax.hlines(
-                    r["delta_max_noise_floor"], x - width / 2, x + width / 2, color="0.5", lw=2
+                    r["delta_max_noise_floor"],
+                    x - width / 2,
+                    x + width / 2,
+                    color="0.5",
+                    lw=2,
+                    label="noise floor (95%, no phase effect)",
                 )
                 seeds = np.asarray(r["seed_delta_max"])
-                ax.plot(np.full(seeds.size, x + width / 4), seeds, ".", color="0.3", ms=2.5)
+                ax.plot(
+                    np.full(seeds.size, x + width / 4),
+                    seeds,
+                    ".",
+                    color="0.3",
+                    ms=2.5,
+                    label="single seeds",
+                )
         ax.set_xticks(range(len(operators)))
         ax.set_xticklabels(operators, rotation=30, ha="right")
         ax.set_xlabel("compression operator")
         ax.set_ylabel("delta_max (best - worst phase)")
         ax.set_title(f"context T = {seq_len}", loc="left")
-        ax.set_ylim(0, 1.35 * top)
-        ax.legend(fontsize=7, loc="upper left", ncol=len(strides))
-    fig.suptitle("Decoder family: weak-spot gap by operator, stride, context", fontsize=9)
+        ax.set_ylim(0, 1.1 * top if top > 0 else 1.0)
+    handles = dict(zip(*reversed(axes[0][0].get_legend_handles_labels()), strict=True))
+    order = sorted(handles, key=lambda label: (not label.startswith("s = "), label))
+    legend_below(fig, ncol=len(order), handles=[handles[k] for k in order], labels=order)
+    fig.suptitle("Decoder family: weak-spot gap by operator, stride, context")
     return fig

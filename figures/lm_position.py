@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, wilson_yerr
+from weakspots.figures.style import COLORS, figure, legend_below, wilson_yerr
 
 CAPTION = (
     "Decoders trained from scratch on multi-query associative recall: accuracy on the first query against the position of its value in the context (left) and by the value's phase p mod s (right), the compressed design (last layer reads only mean-pooled windows of s tokens) beside its dense control on the same task and budget.",
@@ -27,6 +27,10 @@ def make(results, predictions=None):
             if name != "dense"
             else LABELS[name]
         )
+        label += (
+            f": delta_max {pooled['delta_max']:.3f} (noise floor "
+            f"{pooled['delta_max_noise_floor']:.3f})"
+        )
         pos = np.asarray(pooled["position_accuracy"]["value_start"])
         acc = np.asarray(pooled["position_accuracy"]["accuracy"])
         yerr = wilson_yerr(acc, pooled["position_accuracy"]["samples"])
@@ -43,30 +47,32 @@ def make(results, predictions=None):
             color=color,
             capsize=3,
             ms=4,
-            label=f"{LABELS.get(name, name)}: delta_max {pooled['delta_max']:.3f} "
-            f"(floor {pooled['delta_max_noise_floor']:.3f})",
         )
         if name == "dense":
             mean, half = pooled["mean_accuracy"], pooled["delta_max_noise_floor"] / 2
             for level in (mean - half, mean + half):
-                right.axhline(level, color=color, ls="--", lw=0.8)
+                right.axhline(
+                    level,
+                    color=color,
+                    ls="--",
+                    lw=0.8,
+                    label="dense control's mean +/- half its noise floor",
+                )
     for boundary in range(0, int(pos.max()) + 1, stride):
         left.axvline(boundary - 0.5, color="0.9", lw=0.6, zorder=0)
     near = designs["compressed"]["pooled"].get("near_query") or {}
     if near.get("first_value_start") is not None:
-        left.axvspan(near["first_value_start"] - 0.5, pos.max() + 0.5, color="0.93", zorder=0)
-        left.annotate(
-            "within the query's\nsliding window\n(not in phase stats)",
-            xy=(near["first_value_start"], 0.02),
-            xycoords=("data", "axes fraction"),
-            fontsize=6,
-            color="0.35",
+        left.axvspan(
+            near["first_value_start"] - 0.5,
+            pos.max() + 0.5,
+            color="0.9",
+            zorder=0,
+            label="within the first query's sliding window (left out of the phase statistics)",
         )
     seeds = len(designs["compressed"]["seeds"])
     left.set_xlabel("position of the queried value (tokens)")
     left.set_ylabel(f"accuracy (pooled over {seeds} seeds)")
     left.set_title("accuracy against needle position", loc="left")
-    left.legend(loc="lower left", fontsize=7)
     right.set_xticks(range(stride))
     right.set_xlabel(f"value phase (position mod {stride})")
     right.set_ylabel("accuracy")
@@ -75,7 +81,7 @@ def make(results, predictions=None):
     high = max(np.max(np.asarray(d["pooled"]["phase_accuracy_ci"])) for d in designs.values())
     pad = 0.35 * (high - low + 1e-3)
     right.set_ylim(low - pad, high + 1.2 * pad)
-    right.legend(loc="upper center", fontsize=7)
+    legend_below(fig, ncol=1)
     fig.suptitle(
         f"Periodic weak spots in a decoder trained from scratch (T={designs['compressed']['config']['seq_len']})"
     )

@@ -25,9 +25,9 @@ SIZES: dict[str, dict] = {
         operators=("mean_pool", "deepseek_v4"), strides=(4,), seq_lens=(32,), seeds=1,
     ),
     "quick": dict(
-        config=dict(d_model=32, rope_dim=8, window=8, steps=300, eval_every=100, batch=32,
+        config=dict(d_model=32, rope_dim=8, window=8, steps=200, eval_every=100, batch=32,
                     eval_samples=4),
-        operators=("mean_pool", "deepseek_v4"), strides=(4, 8), seq_lens=(64,), seeds=1,
+        operators=("mean_pool", "deepseek_v4"), strides=(4,), seq_lens=(64,), seeds=1,
     ),
     "full": dict(
         config=dict(steps=2000, eval_every=200, eval_samples=16),

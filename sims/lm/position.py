@@ -25,11 +25,12 @@ SIZES: dict[str, dict] = {
         seeds=1,
     ),
     "quick": dict(
-        config=dict(seq_len=64, pairs=2, d_model=32, rope_dim=8, window=8, steps=400,
+        config=dict(seq_len=64, pairs=2, d_model=32, rope_dim=8, window=8, steps=300,
                     eval_every=100, batch=32, eval_samples=8),
         seeds=2,
     ),
-    "full": dict(config=dict(steps=2000, eval_every=200, eval_samples=16), seeds=4),
+    # the configuration of docs/lm_runs/mean_pool_s4_p8.json and none_s4_p8.json
+    "full": dict(config=dict(pairs=8, steps=2000, eval_samples=64), seeds=4),
 }  # fmt: skip
 """Per size: the compressed design's `LMConfig` fields (the control adds `operator="none"`) and seeds."""
 

@@ -1,0 +1,45 @@
+"""The decoder family under one budget: the weak-spot gap by operator x stride x context
+(`sims.lm.family`).
+
+The compressed cells are measurements the figure shows (`delta_max`, and whether the worst
+phase's Wilson interval lies wholly below the best one's); no theory predicts them, so no
+row compares them with anything. The dense control (`--operator none`, its phases counted
+at each stride) has no period-`s` structure: each of its cells is a row, its `delta_max`
+against 0 within the evaluation's 95% noise floor (`sims.lm.evaluate.delta_max_noise_floor`).
+"""
+
+from __future__ import annotations
+
+from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.lm import family
+
+
+def run(budget: Budget) -> dict:
+    """Train the grid of `family.SIZES[budget.name]`, seeds pooled per cell."""
+    return family.run(budget.name)
+
+
+def predict(budget: Budget, results: dict) -> dict:
+    """No phase effect in the dense control at any stride or context."""
+    del budget, results
+    return {"dense_delta_max": 0.0}
+
+
+def rows(results: dict, predictions: dict) -> list[Row]:
+    return [
+        Row(
+            "dense control: delta_max within the noise of no phase effect",
+            f"phases at s={r['stride']} T={r['seq_len']}, {r['seeds']} seed(s) pooled; "
+            "tolerance: 95% noise floor",
+            kind="prediction",
+            predicted=predictions["dense_delta_max"],
+            sgd=r["delta_max"],
+            tolerance=r["delta_max_noise_floor"],
+            floor=1.0,
+        )
+        for r in results["rows"]
+        if r["operator"] == "none"
+    ]
+
+
+EXPERIMENT = Experiment("lm_family", run, predict, rows, version=1, figure=drawn_in_figures)

@@ -11,7 +11,7 @@ median over rounds of the ratio within a round (`paired_ratio`):
 * `fraction_of_rng_limit`: the trainer's model-steps per second over the rate at which the
   same generator, for the same batch of runs, only draws the random numbers one exact step
   needs (`benchmarks/rng_limit.py`): the share of the machine's limit that is reached.
-* `flow_speedup_vs_scipy`: reduced-flow trajectories (THEORY 5) for a batch of starts and
+* `flow_speedup_vs_scipy`: reduced-flow trajectories (docs/theory.md §5) for a batch of starts and
   gains, `sims.flow.gradient_flow` on `sims.flow.reduced_objective` vmapped and compiled,
   over `scipy.integrate.solve_ivp` (LSODA, `benchmarks/scipy_flow.py`) one problem at a time,
   at the same tolerances and save times, checked to agree.

@@ -1,6 +1,6 @@
 """The scipy baseline for the reduced gradient flow: `solve_ivp` (LSODA), one problem at a time.
 
-The reduced flow of THEORY 5 with a fixed gain, `da_h/dt = -dL_inf/da_h`, written as a
+The reduced flow of docs/theory.md §5 with a fixed gain, `da_h/dt = -dL_inf/da_h`, written as a
 user would for scipy: the gradient by hand in numpy,
 
     L_inf = N/(N-1) mean_phi (1 - Pbar[phi])^2,   Pbar[phi] = mean_h sigma(beta_h alpha_h[phi] - log(N-1)),

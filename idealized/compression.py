@@ -1,4 +1,4 @@
-"""Compression operators: each maps a chunk of `s` keys to one cache entry (THEORY.md section 3).
+"""Compression operators: each maps a chunk of `s` keys to one cache entry (docs/theory.md §3).
 
 The plain functions act on one context's keys `(N, s, d)` and return `(N, d)`.
 The `*Compressor` modules hold per-head parameters (leading axis H) and return

@@ -116,7 +116,7 @@ def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The structure of one retrieval model (THEORY.md section 3); all fields static.
+    """The structure of one retrieval model (docs/theory.md §3); all fields static.
 
     stride `s` tokens per chunk, `chunks` N chunks of context, key dimension `dim` d,
     `heads` H. `operator` is the compression operator, `loss` the training loss.
@@ -350,7 +350,7 @@ GAIN_PARAMETRISATIONS = ("log", "linear")
 
 @dataclass(frozen=True)
 class FlowConfig:
-    """One reduced gradient flow (THEORY.md section 5), flat, named as the `weakspots flow` flags.
+    """One reduced gradient flow (docs/theory.md §5), flat, named as the `weakspots flow` flags.
 
     The flow is `da/dt = -grad L(a, beta)` on the pooling logits `a` `(H, s)` (and the gain
     `beta` `(H,)` with `learn_gain`), integrated by `sims.flow.solve_many`. `L` is the

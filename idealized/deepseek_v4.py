@@ -1,4 +1,4 @@
-"""DeepSeek-V4's KV compressor at toy scale (THEORY.md section 3, operator `deepseek_v4`).
+"""DeepSeek-V4's KV compressor at toy scale (docs/theory.md §3, operator `deepseek_v4`).
 
 One compressed key per block of `ratio` tokens: a per-channel softmax over the window
 positions of (token gate score + learned per-position bias `ape`) pools the projected

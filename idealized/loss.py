@@ -1,4 +1,4 @@
-"""Readout, losses and accuracy of the retrieval model (THEORY.md section 3).
+"""Readout, losses and accuracy of the retrieval model (docs/theory.md §3).
 
 `mse` is `|Pbar - onehot(c*)|^2` (canonical); `ce` is `-log Pbar[c*]` (a control:
 for one head it is convex in the pooling weights at d = infinity, so no

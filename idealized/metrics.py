@@ -1,4 +1,4 @@
-"""Phase metrics (THEORY.md section 4): computed on host arrays, reported per phase and aggregated."""
+"""Phase metrics (docs/theory.md §4): computed on host arrays, per phase and aggregated."""
 
 from __future__ import annotations
 

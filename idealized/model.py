@@ -1,4 +1,4 @@
-"""The multi-head retrieval model with chunk-compressed keys (THEORY.md section 3).
+"""The multi-head retrieval model with chunk-compressed keys (docs/theory.md §3).
 
 Per head h: `z_h[c] = gain_h * (q @ Wq_h) . (K_h[c] @ Wk_h)`, `P_h = softmax_c(z_h)`,
 `Pbar = mean_h P_h`. The reduced model fixes `Wq_h^T Wk_h = I` (no projections).

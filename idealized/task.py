@@ -1,4 +1,4 @@
-"""The needle-retrieval task (THEORY.md section 2).
+"""The needle-retrieval task (docs/theory.md §2).
 
 Keys `x[c, j] ~ N(0, I/d)` i.i.d.; the needle sits at chunk `c*` (uniform) and phase
 `phi` (uniform, or fixed for phase-resolved evaluation); the query is `q = x[c*, phi]`;

@@ -1,6 +1,6 @@
 """Gradient flows integrated with diffrax (Tsit5 + PID controller, float64).
 
-* The reduced flow of THEORY 5, `da/dt = -grad L(a, beta)` on the pooling logits `a`
+* The reduced flow of docs/theory.md §5, `da/dt = -grad L(a, beta)` on the pooling logits `a`
   `(H, s)` (and the gain `beta` with `learn_gain`): `solve_many(configs)` and `solve(config)`,
   configured by `idealized.config.FlowConfig`, returning `FlowResult`s, as
   `sims.train.train_many` and `train` do for SGD. `L` is `theory.reduced_loss` (d = infinity)

@@ -492,7 +492,7 @@ def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict
         history = result.history
         w, gain = history.pooling_weights[-1], history.gain[-1]
         # At d = infinity the argmax always finds the needle; the phase's expected
-        # retrieval probability Pbar[phi] (THEORY 5) is the flow's "accuracy".
+        # retrieval probability Pbar[phi] (docs/theory.md §5) is the flow's "accuracy".
         prob = np.asarray(mean_needle_probability(jnp.log(w), gain, float(config.chunks)))
         report = phase_report(prob, 1)
         metrics = {

@@ -73,7 +73,7 @@ class TrainState(eqx.Module):
 class History(eqx.Module):
     """What a run records at each evaluation (leading axis T; a run axis in front when batched).
 
-    `times` is the gradient-flow time `lr * step` (THEORY.md section 5), so that SGD and
+    `times` is the gradient-flow time `lr * step` (docs/theory.md §5), so that SGD and
     the ODEs of `sims.flow` lay over one another.
     """
 

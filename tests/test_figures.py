@@ -1,7 +1,7 @@
 """Smoke tests: every figure draws, headless, from tiny-run results; each is attached once.
 
 The inputs in tests/data/figure_inputs.json are the results and predictions of the
-experiments at the `tiny` budget (regenerate with `python tests/test_figures.py`), so the
+experiments at the `tiny` budget (regenerate with `python tests/test_figures.py [NAME ...]`), so the
 figures see data of exactly the shape the experiments produce.
 """
 
@@ -59,15 +59,18 @@ def test_figures_attach_to_the_experiments_sims_marks_as_drawn():
     assert len({module for module in figures.DRAWINGS.values()}) == len(figures.DRAWINGS)
 
 
-def _regenerate(store_dir="/tmp/weakspots_tiny_store"):
+def _regenerate(*names, store_dir="/tmp/weakspots_tiny_store"):
+    """Recompute the tiny inputs of the experiments `names` (default: every drawn one)
+    that figure_inputs.json holds; the other entries are kept."""
     budget = experiments.BUDGETS["tiny"]
-    out = {}
-    for experiment in DRAWN:
+    out = json.loads(DATA.read_text()) if DATA.exists() else {}
+    chosen = [e for e in DRAWN if e.name in names] if names else DRAWN
+    for experiment in chosen:
         results, predictions, _ = experiments.evaluate(experiment, budget, store_dir)
         out[experiment.name] = {"results": results, "predictions": predictions}
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps(out, separators=(",", ":")))
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python tests/test_figures.py [NAME ...]
     _regenerate(*sys.argv[1:])

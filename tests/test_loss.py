@@ -35,7 +35,7 @@ def test_weight_decay_penalises_the_learned_gain():
 
 
 def _reduced_loss(alpha, gain, chunks):
-    """THEORY.md section 5, written out independently: N/(N-1) mean_phi (1 - sigma_N(gain alpha))^2."""
+    """docs/theory.md §5 written out independently: N/(N-1) mean_phi (1 - sigma_N(gain a))^2."""
     sigma = np.exp(gain * alpha) / (np.exp(gain * alpha) + chunks - 1)
     return chunks / (chunks - 1) * np.mean((1 - sigma) ** 2)
 

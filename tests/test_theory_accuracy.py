@@ -38,11 +38,11 @@ def test_exact_accuracy_matches_monte_carlo(weights, chunks, dim):
 def test_theory_numbers_and_gaussian_approximation():
     uniform = phase_accuracy(support_weights(8, 8), 16.0, 64, 64)
     three = phase_accuracy_profile(8, 64, 3, 64)
-    # THEORY 6.11: uniform about 0.68 on every phase; 3-phase state 0.99 and 0.016
+    # docs/theory.md §6.11: uniform about 0.68 on every phase; 3-phase state 0.99 and 0.016
     np.testing.assert_allclose(uniform, 0.68, atol=0.02)
     np.testing.assert_allclose(three[:3], 0.99, atol=0.01)
     np.testing.assert_allclose(three[3:], 0.016, atol=0.005)
-    # THEORY 6.12: the 1-D Gaussian form sits about 2 points below
+    # docs/theory.md §6.12: the 1-D Gaussian form sits about 2 points below
     gaussian = phase_accuracy_gaussian(support_weights(8, 8), 16.0, 12, 64)
     exact = phase_accuracy(support_weights(8, 8), 16.0, 12, 64)
     assert np.all(gaussian < exact) and np.all(exact - gaussian < 0.04)

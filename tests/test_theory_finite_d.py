@@ -87,11 +87,11 @@ def test_quadrature_rules_are_converged(monkeypatch):
 
 
 def test_growth_rate_tends_to_the_closed_form_and_shifts_the_threshold():
-    # Autodiff Hessian of the quadrature at d = 1e6 against THEORY 6.2's closed form.
+    # Autodiff Hessian of the quadrature at d = 1e6 against docs/theory.md §6.2's closed form.
     for n, g in [(64, 16.0), (24, 16.0), (64, 32.0)]:
         closed = float(theory.growth_rate(S, n, g))
         assert abs(theory.growth_rate_finite_d(S, n, g, 1e6) - closed) < 1e-3 * abs(closed)
-    # Finite d slows the instability and moves the threshold up in N (THEORY 6.3: 15.78).
+    # Finite d slows the instability and moves the threshold up in N (docs/theory.md §6.3: 15.78).
     assert 0 < theory.growth_rate_finite_d(S, N, GAIN, 64) < float(theory.growth_rate(S, N, GAIN))
     n_c = theory.critical_chunks_finite_d(GAIN, S, 64)
     assert n_c > float(theory.critical_chunks(GAIN, S)) + 1.0

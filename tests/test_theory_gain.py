@@ -1,4 +1,4 @@
-"""Learned gain (theory.gain) vs THEORY 6.6 and the reduced flow with a learned gain."""
+"""Learned gain (theory.gain) vs docs/theory.md §6.6 and the reduced flow with a learned gain."""
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +19,7 @@ from weakspots.theory import (
 )
 from weakspots.theory.gain import dropped_phase_rate, reentry_barrier, support_ladder
 
-GAIN_ATOL = 0.1  # THEORY 6.6 quotes gains to 0.1
+GAIN_ATOL = 0.1  # docs/theory.md §6.6 quotes gains to 0.1
 GAIN_RTOL = 1e-3  # ladder's final gain vs the flow's gain at t_end (the check's tolerance)
 RACE_RTOL = 0.05  # 1-D race (gain at uniform pooling) vs the flow's event time
 RATE_RTOL = 1e-9  # closed-form cluster rate vs autodiff of the reduced loss (float64)
@@ -41,7 +41,7 @@ def test_equilibrium_gains_match_theory_numbers():
     ("gain", "k", "weight"), [(41.8, 7, 3e-3), (17.5, 3, 0.02), (30.0, 2, 0.1)]
 )
 def test_dropped_phase_rate_is_the_flow_at_finite_weight(gain, k, weight):
-    """d log a/dt of a dropped phase, closed form vs -grad of THEORY 5's loss (autodiff)."""
+    """d log a/dt of a dropped phase: closed form vs -grad of the §5 loss (autodiff)."""
     s, n = 8, 64.0
     weights = np.concatenate([np.full(k, (1 - weight) / k), [weight], np.full(s - k - 1, 1e-30)])
     logits = jnp.log(jnp.asarray(weights))[None]

@@ -1,4 +1,4 @@
-"""Multi-head coverage (theory.heads) vs THEORY 6.5/6.8 and the reduced flow."""
+"""Multi-head coverage (theory.heads) vs docs/theory.md §6.5/§6.8 and the reduced flow."""
 
 import numpy as np
 import pytest

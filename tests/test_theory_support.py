@@ -20,14 +20,14 @@ BATCH = 8
 
 
 def test_admissible_sets_match_theory_observations():
-    # THEORY 6.4 outcomes all lie in the derived admissible sets.
+    # docs/theory.md §6.4 outcomes all lie in the derived admissible sets.
     assert list(stable_support_sizes(8, 64, 16.0)) == [3, 4]
     assert list(stable_support_sizes(8, 256, 16.0)) == [2, 3]
     assert list(stable_support_sizes(6, 11, 9.0)) == [4, 5]
     assert list(stable_support_sizes(8, 64, 24.0)) == [4, 5, 6]
     # below threshold uniform pooling is the only stable state's size, among others
     assert 8 in stable_support_sizes(8, 15, 16.0)
-    # THEORY 6.11: the 3-phase state's loss is about 0.63, uniform's 0.80 ... at mse
+    # docs/theory.md §6.11: the 3-phase state's loss is about 0.63, uniform's 0.80 ... at mse
     np.testing.assert_allclose(support_loss(8, 64, 16.0, 3), 0.636, atol=2e-3)
 
 

@@ -24,7 +24,7 @@ SMALL = TrainConfig(
 
 
 def test_canonical_run_collapses_onto_three_phases():
-    """THEORY.md 6.4/6.7: past the threshold (N_c = 15.78) SGD collapses onto 3 phases."""
+    """docs/theory.md §6.4/§6.7: past the threshold (N_c = 15.78) SGD collapses onto 3 phases."""
     for result in train_many([CANONICAL.replace(seed=s) for s in range(3)]):
         summary = result.summary()
         assert summary["support_size"] == [3], summary["pooling_weights"]
@@ -54,7 +54,7 @@ def test_below_threshold_pooling_stays_uniform():
 
 @pytest.mark.slow
 def test_one_ce_head_delta_max_is_the_sgd_noise_floor():
-    """THEORY 6.8: one ce head does not specialise; what delta_max remains is SGD noise
+    """docs/theory.md §6.8: one ce head does not specialise; what delta_max remains is SGD noise
     (theory.noise_floor), 0.3-0.45 at lr 2, not specialisation."""
     configs = [TrainConfig(loss="ce", eval_every=600, eval_samples=2048, seed=s) for s in range(8)]
     results = train_many(configs)
@@ -87,7 +87,7 @@ def test_vmapped_runs_equal_single_runs_and_are_deterministic():
 # composition on one machine, results repeat bit for bit (test above). BATCH_RTOL: 1e-5 is
 # ~80 float32 ulps, room for per-operation rounding differences summed over these 40 steps,
 # which the dynamics cannot amplify much: near uniform pooling the perturbation grows by
-# exp(lambda * lr * steps) (THEORY 5), checked below to stay under 2.
+# exp(lambda * lr * steps) (docs/theory.md §5), checked below to stay under 2.
 BATCH_RTOL = 1e-5
 
 

@@ -1,4 +1,4 @@
-"""`weakspots flow`: integrate the reduced gradient flow (THEORY 5) of one `FlowConfig`."""
+"""`weakspots flow`: integrate the reduced gradient flow (docs/theory.md §5) of a FlowConfig."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "flow",
         help="integrate the reduced (d = infinity) gradient flow",
-        description="Integrate the reduced gradient flow of THEORY 5 (diffrax Tsit5 + PID, "
+        description="Integrate the reduced gradient flow of docs/theory.md §5 (diffrax Tsit5, "
+        "PID step control, "
         "float64) from the trainer's initial pooling logits for --seed; print the pooling "
         "weights over time. Every flag is a field of idealized.config.FlowConfig.",
         epilog=common.examples(

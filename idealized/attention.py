@@ -35,7 +35,14 @@ Entries = Float[Array, "B C H hd"]
 MASKED = -1e30  # a finite "minus infinity": rows with nothing visible stay finite (output 0)
 
 
+def _complete(y: Float[Array, "B T ..."], stride: int) -> Float[Array, "B C*s ..."]:
+    """The tokens of the complete windows: a last, partial window makes no entry (no query
+    could see it: entry `w` is visible from `t` only when `w < (t + 1) // s`)."""
+    return y[:, : (y.shape[1] // stride) * stride]
+
+
 def _windows(y: Heads, stride: int) -> Float[Array, "B H C s hd"]:
+    y = _complete(y, stride)
     batch, length, heads, width = y.shape
     return y.reshape(batch, length // stride, stride, heads, width).transpose(0, 3, 1, 2, 4)
 
@@ -163,7 +170,7 @@ class DeepSeekV4Pool(AbstractCompressor):
 
         per_head = jax.vmap(one, in_axes=(None, 0, 0, 0))
         entries = jax.vmap(per_head, in_axes=(0, None, None, None))(
-            x, self.wkv[...], self.wgate[...], self.ape[...]
+            _complete(x, self.stride), self.wkv[...], self.wgate[...], self.ape[...]
         )
         entries = entries.transpose(0, 2, 1, 3)
         return entries, entries

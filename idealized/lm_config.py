@@ -214,12 +214,6 @@ class LMConfig:
                 f"the context (--seq-len minus the queries: {task.context_len} tokens) must be "
                 f"a multiple of --stride ({self.stride})",
             )
-        if self.seq_len % self.stride:
-            raise ConfigError(
-                "seq_len",
-                f"must be a multiple of --stride ({self.stride}): attention packs the whole "
-                f"sequence into windows, got {self.seq_len}",
-            )
         del decoder
         _int_at_least("steps", self.steps, 1)
         _int_at_least("batch", self.batch, 1)

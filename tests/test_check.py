@@ -16,13 +16,17 @@ from weakspots.sims.experiments import (
     Experiment,
     Row,
     evaluate,
+    failing,
     kind_counts,
     linear_growth,
     phase_diagram,
     threshold,
 )
 
-KEYS = {"name", "config", "kind", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass"}
+KEYS = {
+    "name", "config", "kind", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass",
+    "finding",
+}  # fmt: skip
 
 
 def test_row_error_is_relative_with_a_floor():
@@ -157,3 +161,13 @@ def test_noise_tolerances_miss_at_the_stated_rate():
     # a known variance: 3 standard errors, the normal quantile at FALSE_ALARM
     assert normal_half_width(0.25 / 100) == pytest.approx(3 * 0.05, rel=1e-3)
     assert normal_half_width(0.25 / 100, comparisons=8) > normal_half_width(0.25 / 100)
+
+
+def test_a_finding_that_does_not_hold_is_reported_not_failed():
+    """A finding row 50% off reads not passed yet fails nothing; the same as a check fails."""
+    common = dict(kind="prediction", predicted=1.0, sgd=1.5, tolerance=0.1)
+    finding = Row("toy carries over", "c", finding=True, **common).as_dict()
+    check = Row("closed form", "c", **common).as_dict()
+    assert not finding["pass"] and not failing(finding)
+    assert not check["pass"] and failing(check)
+    assert kind_counts([finding, check])["prediction"] == {"rows": 2, "failing": 1}

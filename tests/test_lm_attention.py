@@ -194,3 +194,14 @@ def test_visibility_masks():
         np.testing.assert_array_equal(mask[t], [w < (t + 1) // 4 for w in range(3)])
     local = np.asarray(attention.local_visibility(6, 2))
     np.testing.assert_array_equal(local.sum(axis=1), [1, 2, 2, 2, 2, 2])
+
+
+@pytest.mark.parametrize("operator", OPERATORS)
+def test_a_partial_last_window_changes_no_output_before_it(operator):
+    """T = 18 at s = 4 (two tokens past the last complete window): causality means the first
+    16 outputs equal those of the first 16 tokens alone; the partial window makes no entry."""
+    layer = make_layer(operator)
+    x = jnp.asarray(np.random.default_rng(3).standard_normal((2, T + 2, D)), jnp.float32)
+    longer, shorter = forward(layer, x), forward(layer, x[:, :T])
+    assert longer.shape == (2, T + 2, D)
+    np.testing.assert_allclose(longer[:, :T], shorter, rtol=0, atol=1e-6)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized.config import ConfigError
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import train as lm_train
@@ -106,13 +105,3 @@ def test_tiny_decoder_learns_recall():
     )  # fmt: skip
     result = lm_train.train(config)
     assert result.history.eval_accuracy[-1] > 0.8
-
-
-@pytest.mark.parametrize(
-    ("seq_len", "key_len", "message"),
-    [(128, 2, "the context"), (124, 2, "must be a multiple of --stride")],
-)
-def test_sequences_the_windows_cannot_tile_are_refused(seq_len, key_len, message):
-    """Context (116 tokens) or whole sequence (124) not a multiple of the stride 8."""
-    with pytest.raises(ConfigError, match=message):
-        LMConfig(seq_len=seq_len, key_len=key_len, stride=8)

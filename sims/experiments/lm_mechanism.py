@@ -103,6 +103,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                 f"{describe(name, report)}; measured verdict: {report['verdict']} "
                 f"({report['shown_by']}); tolerance: 95% noise floor of delta_max",
                 kind="fit",  # the toy's accuracy from the decoder's own learned weights and gain
+                finding=True,  # does the toy carry over? an answer, not a check
                 predicted=predictions["delta_max"][name],
                 sgd=max(acc) - min(acc),
                 tolerance=report["delta_max_noise_floor"],

@@ -71,6 +71,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                     f"{intact.mean():.3f} -> {acc.mean():.3f} at {e['cost']}x the forward "
                     "passes; tolerance: 95% noise floor",
                     kind="fit",  # the toy's formula applied to the decoder's own accuracy
+                    finding=True,  # does the toy carry over? an answer, not a check
                     predicted=float(np.ptp(predicted)),
                     sgd=float(np.ptp(acc)),
                     tolerance=floor,

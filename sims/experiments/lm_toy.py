@@ -97,6 +97,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                 "toy: fixed uniform pooling has no weak spot, at any N",
                 _config(name, r) + "; tolerance: 95% noise floor of delta_max",
                 kind="prediction",
+                finding=True,  # does the toy carry over? an answer, not a check
                 predicted=predictions["fixed_pooling_delta_max"],
                 sgd=delta(r),
                 tolerance=d[name]["delta_max_noise_floor"],
@@ -113,6 +114,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             f"{_config('mean_s4', small)} | {_config('mean_s8', large)}; predicted: s=4's "
             "delta_max as a lower bound; holds when s=8's exceeds it by more than the noise floor",
             kind="prediction",
+            finding=True,  # does the toy carry over? an answer, not a check
             predicted=delta(small),
             sgd=delta(large),
             tolerance=math.inf,
@@ -131,6 +133,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                 f"({'unstable' if n > nc else 'stable'} uniform pooling at N = {n}); "
                 f"predicted: mean support of the d = inf flow; tolerance 1 phase",
                 kind="fit",  # the gain is the decoder's own
+                finding=True,  # does the toy carry over? an answer, not a check
                 predicted=predictions["support"][name],
                 sgd=support,
                 tolerance=1.0 / max(predictions["support"][name], 1.0),
@@ -143,6 +146,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             f"{_config('softmax_s8_wd', d['softmax_s8_wd'])}; predicted: the support without "
             "weight decay as an upper bound; holds when the support with it is smaller",
             kind="prediction",
+            finding=True,  # does the toy carry over? an answer, not a check
             predicted=off,
             sgd=on,
             tolerance=math.inf,

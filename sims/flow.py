@@ -228,88 +228,74 @@ _NON_FINITE = -1
 
 
 def _crossing_event():
-    """diffrax.Event at specialization_order(pooling_logits) = level, when enabled.
+    """diffrax.Event at specialization_order(pooling_logits) rising through level, when enabled.
 
     Reads (level, enabled) from args[1:3] (`_solve_batch`'s passes).
     """
 
     def cond_fn(t, y, args, **kwargs):
         del t, kwargs
-        _, level, enabled, _ = args
+        _, level, enabled = args
         return jnp.where(enabled, specialization_order(y.pooling_logits) - level, -1.0)
 
-    return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10))
+    return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10), direction=True)
 
 
 @functools.partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
 def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps):
     """Reduced flows with a leading run axis on every input but ts: (T,) shared, or (B, T).
 
-    Two passes of one compiled solve (`lax.scan`): the first saves the trajectory at ts
-    (the event off); the second locates the specialisation event inside the first save
-    interval whose end has crossed `event_level`, from the saved state at its start, with
-    diffrax's root-finder on the dense output. The second pass runs in that interval's
-    own time tau in [0, 1] (vector field times the interval's length), so both passes save
-    at times shared by every run. Returns (FlowHistory with a leading run axis, failure
-    codes (B,): `_SUCCESS`, a diffrax RESULTS value, or `_NON_FINITE`).
+    Two passes of one compiled solve (`lax.scan`), both from y0 at ts[0]: the first saves
+    the trajectory at ts (the event off); the second stops at the first time
+    `specialization_order` rises through `event_level` (diffrax's event, its time found by
+    the root-finder on the dense output), so a crossing is found wherever it falls between
+    saves. A run already at the level at ts[0] has specialisation time ts[0]; one that does
+    not reach it by ts[-1], inf. Returns (FlowHistory with a leading run axis, failure
+    codes (B,): `_SUCCESS`, a diffrax RESULTS value of either pass, or `_NON_FINITE`).
     """
     loss_fn = functools.partial(
         reduced_objective, loss=loss, gain_parametrisation=gain_parametrisation
     )
 
-    def scaled_loss(y, pass_args):
-        args, _, _, time_scale = pass_args
-        return time_scale * loss_fn(y, args)  # its gradient flow runs time_scale times faster
+    def pass_loss(y, pass_args):
+        return loss_fn(y, pass_args[0])
 
     def one(y0, args, ts, level, rtol, atol):
-        def solve_pass(carry, pass_inputs):
-            y_start, time_scale = carry
-            span, enabled = pass_inputs
+        def solve_pass(carry, enabled):
             sol = gradient_flow(
-                scaled_loss,
-                y_start,
-                (args, level, enabled, time_scale),
-                span,
+                pass_loss,
+                y0,
+                (args, level, enabled),
+                ts,
                 rtol=rtol,
                 atol=atol,
                 max_steps=max_steps,
                 event=_crossing_event(),
-                saveat=diffrax.SaveAt(ts=span, t1=True),
+                saveat=diffrax.SaveAt(ts=ts, t1=True),
                 throw=False,
             )
             ys = jax.tree_util.tree_map(lambda x: x[:-1], sol.ys)
-            above = specialization_order(ys.pooling_logits) >= level
-            first = jnp.argmax(above)
-            bracketed = jnp.any(above) & (first > 0)
-            # Without a bracket the second pass has time_scale 0: the state stays put.
-            lo, hi = jnp.where(bracketed, first - 1, 0), jnp.where(bracketed, first, 0)
-            start = jax.tree_util.tree_map(lambda x: x[lo], ys)
-            # An event stops the save grid early: its time is the last finite saved time.
+            # The solve's last time (the event's, or ts[-1]) is its last finite saved time:
+            # an event ends the saves early, the rest are inf.
             end = jnp.max(jnp.where(jnp.isfinite(sol.ts), sol.ts, -jnp.inf))
-            found = (ys, sol.result._value, jnp.asarray(sol.event_mask), end, lo, hi)
-            return (start, span[hi] - span[lo]), found
+            return carry, (ys, sol.result._value, jnp.asarray(sol.event_mask), end)
 
-        unit = jnp.linspace(0.0, 1.0, ts.shape[0], dtype=ts.dtype)
-        passes = (jnp.stack([ts, unit]), jnp.array([False, True]))
-        _, (ys, codes, hits, ends, lo, hi) = jax.lax.scan(
-            solve_pass, (y0, jnp.ones((), ts.dtype)), passes
-        )
+        started = specialization_order(y0.pooling_logits) >= level
+        passes = jnp.stack([jnp.zeros((), bool), ~started])
+        _, (ys, codes, hits, ends) = jax.lax.scan(solve_pass, None, passes)
         ys = jax.tree_util.tree_map(lambda x: x[0], ys)
-        lo, hi = lo[0], hi[0]
         losses = jax.vmap(loss_fn, in_axes=(0, None))(ys, args)
-        started = specialization_order(ys.pooling_logits[0]) >= level
-        t_cross = jnp.where(hits[1], ts[lo] + ends[1] * (ts[hi] - ts[lo]), ts[hi])
-        t_star = jnp.where(started, ts[0], jnp.where(hi > 0, t_cross, jnp.inf))
+        t_star = jnp.where(started, ts[0], jnp.where(hits[1], ends[1], jnp.inf))
         finite = (
             jnp.all(jnp.isfinite(ys.pooling_logits))
             & jnp.all(jnp.isfinite(ys.gain_param))
             & jnp.all(jnp.isfinite(losses))
         )
-        refine_failed = (codes[1] != _SUCCESS) & (codes[1] != _EVENT)
+        event_failed = (codes[1] != _SUCCESS) & (codes[1] != _EVENT)
         code = jnp.where(
             codes[0] != _SUCCESS,
             codes[0],
-            jnp.where(refine_failed, codes[1], jnp.where(finite, _SUCCESS, _NON_FINITE)),
+            jnp.where(event_failed, codes[1], jnp.where(finite, _SUCCESS, _NON_FINITE)),
         )
         history = FlowHistory(
             times=ts,

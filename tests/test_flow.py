@@ -268,3 +268,28 @@ def test_bad_inputs_are_refused():
         solve(FlowConfig(), starts=np.zeros((2, 8)))
     with pytest.raises(TypeError, match="FlowConfig"):
         solve_many([TrainConfig()])
+
+
+def test_specialization_time_is_the_first_crossing_between_saves():
+    """A learned gain at weight decay 1e-4 specialises, then returns to uniform pooling
+    (THEORY 6.6) before the middle save: every save of the 3-save run is below the level,
+    yet its t* is the crossing, where a second solve saved at t* finds the order parameter
+    at the level."""
+    config = FlowConfig(
+        learn_gain=True,
+        weight_decay=1e-4,
+        init_scale=1e-3,
+        t1=1.2e5,  # saved at 0, 6e4, 1.2e5 (and 3e4 added by the solve's padding)
+        saves=3,
+        gain_parametrisation="linear",
+    )
+    sparse = solve(config)
+    t_star = float(sparse.history.specialization_time)
+    assert np.isfinite(t_star) and t_star < config.t1 / 2
+    orders = specialization_order(jnp.log(sparse.history.pooling_weights))
+    assert np.all(np.asarray(orders) < config.event_level)  # crossed and returned unseen
+    again = solve(config.replace(t1=2 * t_star)).history  # saved at 0, t*, 2 t*
+    np.testing.assert_allclose(again.times[1], t_star, rtol=1e-14)
+    order = specialization_order(jnp.log(again.pooling_weights[1]))
+    np.testing.assert_allclose(order, config.event_level, rtol=1e-6)  # rtol 1e-8, amplified
+    np.testing.assert_allclose(again.specialization_time, t_star, rtol=1e-6)

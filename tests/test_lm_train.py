@@ -98,9 +98,13 @@ def test_flop_count_matches_the_dots_of_the_forward(layout):
 
 @pytest.mark.slow
 def test_tiny_decoder_learns_recall():
-    """A small decoder trained briefly answers most queries (chance is 1 / value_vocab)."""
+    """A small decoder answers most queries after 3000 steps (chance is 1 / value_vocab).
+
+    Recall is learned late: held-out accuracy sits near 0.5 for the first ~1000 steps
+    (0.54 at 600, 0.62 at 1500), then rises to 0.84 at 3000.
+    """
     config = LMConfig(
-        seq_len=64, pairs=2, d_model=32, heads=2, rope_dim=8, steps=600, eval_every=200,
+        seq_len=64, pairs=2, d_model=32, heads=2, rope_dim=8, steps=3000, eval_every=500,
         batch=32, eval_samples=4, lr=3e-3,
     )  # fmt: skip
     result = lm_train.train(config)

@@ -9,27 +9,21 @@ that travel as arrays (`LM_HYPER_FIELDS`), and is the compilation key.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
-from .config import ConfigError
+from .config import (
+    ConfigError,
+    _boolean,
+    _int_at_least,
+    _nonnegative_finite,
+    _one_of,
+    _positive_finite,
+)
 
 LM_OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "low_rank", "deepseek_v4", "none")
 """Compression operators of a compressed layer; `none` keeps every token (the dense control)."""
 LAYER_KINDS = ("dense", "sliding", "compressed")
 LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
-
-
-def _int_at_least(field: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(field, f"must be an integer >= {low}, got {value!r}")
-
-
-def _finite_at_least(field: str, value, low: float, strict: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (strict and value == low):
-        bound = f"> {low:g}" if strict else f">= {low:g}"
-        raise ConfigError(field, f"must be a finite number {bound}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -72,12 +66,8 @@ class DecoderConfig:
             raise ConfigError("heads", f"must divide --d-model ({self.d_model}), got {self.heads}")
         _int_at_least("mlp", self.mlp, 0)
         _int_at_least("stride", self.stride, 1)
-        if self.operator not in LM_OPERATORS:
-            raise ConfigError(
-                "operator", f"must be one of {', '.join(LM_OPERATORS)}; got {self.operator!r}"
-            )
-        if not isinstance(self.overlap, bool):
-            raise ConfigError("overlap", f"must be true or false, got {self.overlap!r}")
+        _one_of("operator", self.operator, LM_OPERATORS)
+        _boolean("overlap", self.overlap)
         if self.overlap and self.operator != "deepseek_v4":
             raise ConfigError("overlap", f"applies to deepseek_v4 only, not {self.operator}")
         _int_at_least("window", self.window, 1)
@@ -170,25 +160,25 @@ class LMConfig:
     sequences for every position the queried value can take (`sims.lm.evaluate`).
     """
 
-    seq_len: int = 128
-    pairs: int = 4
-    key_len: int = 1
-    value_len: int = 1
-    key_vocab: int = 64
-    value_vocab: int = 64
-    filler_vocab: int = 16
+    seq_len: int = RecallTask.seq_len
+    pairs: int = RecallTask.pairs
+    key_len: int = RecallTask.key_len
+    value_len: int = RecallTask.value_len
+    key_vocab: int = RecallTask.key_vocab
+    value_vocab: int = RecallTask.value_vocab
+    filler_vocab: int = RecallTask.filler_vocab
     layers: int = 2
     layout: str = ""
-    d_model: int = 64
-    heads: int = 2
-    mlp: int = 0
-    stride: int = 4
-    operator: str = "mean_pool"
-    overlap: bool = False
-    window: int = 16
-    local_window: int = 0
-    rope_dim: int = 16
-    rank: int = 4
+    d_model: int = DecoderConfig.d_model
+    heads: int = DecoderConfig.heads
+    mlp: int = DecoderConfig.mlp
+    stride: int = DecoderConfig.stride
+    operator: str = DecoderConfig.operator
+    overlap: bool = DecoderConfig.overlap
+    window: int = DecoderConfig.window
+    local_window: int = DecoderConfig.local_window
+    rope_dim: int = DecoderConfig.rope_dim
+    rank: int = DecoderConfig.rank
     steps: int = 2000
     batch: int = 32
     eval_every: int = 100
@@ -221,10 +211,10 @@ class LMConfig:
         _int_at_least("eval_batch", self.eval_batch, 1)
         _int_at_least("eval_samples", self.eval_samples, 1)
         _int_at_least("eval_seed", self.eval_seed, 0)
-        _finite_at_least("lr", self.lr, 0.0, strict=True)
-        _finite_at_least("weight_decay", self.weight_decay, 0.0, strict=False)
+        _positive_finite("lr", self.lr)
+        _nonnegative_finite("weight_decay", self.weight_decay)
         _int_at_least("warmup", self.warmup, 0)
-        _finite_at_least("clip", self.clip, 0.0, strict=True)
+        _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
 
     @property

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
+from weakspots.idealized.lm_config import RecallTask
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.lm import study
 
@@ -27,20 +28,25 @@ KEPT = (
 )  # fmt: skip
 
 
-def run(budget: Budget) -> dict:
-    """Every design's `lm ablate` report (`sims.lm.study.reports` at the budget's size)."""
-    found = study.reports(MECHANISM_DESIGNS, budget.name)
+def design_reports(designs: tuple[str, ...], budget: Budget) -> dict:
+    """The `lm ablate` reports of `designs` (`sims.lm.study.reports` at the budget's size),
+    each cut to the `KEPT` keys."""
+    found = study.reports(designs, budget.name)
     return {
         "size": budget.name,
         "designs": {n: {k: r.get(k) for k in KEPT} for n, r in found.items()},
     }
 
 
+def run(budget: Budget) -> dict:
+    """Every mechanism design's `lm ablate` report."""
+    return design_reports(MECHANISM_DESIGNS, budget)
+
+
 def chunks(config: dict) -> int:
     """Compressed entries the first query sees: the context's windows."""
-    return (config["seq_len"] - config["pairs"] * (config["key_len"] + config["value_len"])) // (
-        config["stride"]
-    )
+    fields = ("seq_len", "pairs", "key_len", "value_len")
+    return RecallTask(**{k: config[k] for k in fields}).context_len // config["stride"]
 
 
 def compressed_weights(report: dict) -> np.ndarray | None:

@@ -28,19 +28,14 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized import metrics
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
-from weakspots.sims.experiments.lm_mechanism import KEPT, chunks, compressed_weights
-from weakspots.sims.lm import study
+from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights, design_reports
 
 TOY_DESIGNS = ("mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd")
 
 
 def run(budget: Budget) -> dict:
-    """Each design's `lm ablate` report (`sims.lm.study.reports` at the budget's size)."""
-    found = study.reports(TOY_DESIGNS, budget.name)
-    return {
-        "size": budget.name,
-        "designs": {n: {k: r.get(k) for k in KEPT} for n, r in found.items()},
-    }
+    """Each toy-comparison design's `lm ablate` report."""
+    return design_reports(TOY_DESIGNS, budget)
 
 
 def delta(report: dict) -> float:

@@ -55,6 +55,18 @@ class HelpFormatter(argparse.HelpFormatter):
         return f"{text} (default: %(default)s)"
 
 
+def per_seed_report(config, seeds: list[int], summaries: list[dict], *, many: bool) -> dict:
+    """`config` (a dataclass) plus each metric of `summaries`: a value per run, a list over
+    `seeds` when `many` (the `--json` of `train` and `lm train`)."""
+    out = {"config": dataclasses.asdict(config)}
+    if many:
+        out["seeds"] = seeds
+    for key in summaries[0]:
+        values = [s[key] for s in summaries]
+        out[key] = values if many else values[0]
+    return out
+
+
 def examples(*commands: str) -> str:
     """An `--help` epilog listing example command lines."""
     return "examples:\n" + "\n".join(f"  {c}" for c in commands)

@@ -132,7 +132,7 @@ def run_train(args: argparse.Namespace) -> int:
         results = train_many([base.replace(seed=s) for s in seeds], progress=progress)
     summaries = [r.summary() for r in results]
     many = args.seeds is not None
-    out = json_report(base, seeds, summaries, many=many)
+    out = common.per_seed_report(base, seeds, summaries, many=many)
     if many:
         import numpy as np
 
@@ -143,17 +143,6 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         print(text_report(base, seeds, summaries, out.get("pooled")))
     return 0
-
-
-def json_report(base: LMConfig, seeds: list[int], summaries: list[dict], *, many: bool) -> dict:
-    """`config` plus each metric: a value per run (a list over seeds when `many`)."""
-    out = {"config": dataclasses.asdict(base)}
-    if many:
-        out["seeds"] = seeds
-    for key in summaries[0]:
-        values = [s[key] for s in summaries]
-        out[key] = values if many else values[0]
-    return out
 
 
 def _phase_block(title: str, s: dict) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from weakspots.sims.train import train_many
 
@@ -49,12 +48,7 @@ def json_report(base, seeds: list[int], summaries: list[dict], *, many: bool) ->
     When `many`, `across_seeds` holds the mean and 95% interval across seeds
     (`common.across_seeds`).
     """
-    out = {"config": dataclasses.asdict(base)}
-    if many:
-        out["seeds"] = seeds
-    for key in summaries[0]:
-        values = [s[key] for s in summaries]
-        out[key] = values if many else values[0]
+    out = common.per_seed_report(base, seeds, summaries, many=many)
     if many:
         out["across_seeds"] = common.across_seeds(base, summaries)
     return out

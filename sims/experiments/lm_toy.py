@@ -7,8 +7,9 @@ with its 95% noise floor):
 * chunk count `N = context / s` at fixed stride (mean pooling, s = 8, T = 64 and 128): the
   toy's weak spot comes from learned pooling weights, so fixed uniform pooling has none at
   any `N` (`delta_max` 0 within its noise floor);
-* stride at fixed `T` (mean pooling, s = 4 and 8): the field's claim, larger stride,
-  larger amplitude (`delta_max` at s = 8 above s = 4 beyond the noise floors);
+* stride at fixed `T` (mean pooling, s = 4 and 8, with 4 and with 8 facts: `STRIDE_PAIRS`):
+  the field's claim, larger stride, larger amplitude (`delta_max` at s = 8 above s = 4
+  beyond the noise floors);
 * support size of the learned per-phase pooling (softmax pooling, s = 8): the toy's
   threshold `N_c = 1 + exp(beta / s)` for H >= 2 heads (`theory.critical_chunks`) at the
   decoder's measured effective gain `beta` says whether uniform pooling is unstable, and
@@ -31,8 +32,13 @@ from weakspots.sims.experiments import lm_mechanism
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, Table, drawn_in_figures
 from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights, design_reports
 
-TOY_DESIGNS = ("mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd")
-STRIDE_PAIRS = (("mean_s4", "mean_s8"),)  # (s = 4, s = 8) designs alike in all else
+TOY_DESIGNS = (
+    "mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd", "mean_s4_p8", "mean_s8_p8"
+)  # fmt: skip
+STRIDE_PAIRS = (
+    ("mean_s4", "mean_s8"),
+    ("mean_s4_p8", "mean_s8_p8"),
+)  # (s = 4, s = 8) designs alike in all else
 
 
 def run(budget: Budget) -> dict:

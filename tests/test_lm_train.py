@@ -136,3 +136,21 @@ def test_tiny_decoder_learns_recall():
     )  # fmt: skip
     result = lm_train.train(config)
     assert result.history.eval_accuracy[-1] > 0.8
+
+
+def test_runs_in_sequence_train_as_the_vmapped_runs(monkeypatch):
+    """The two ways `_advance_many` advances its runs (vmapped, or in turn for large steps)
+    give the same losses, up to float32 rounding of different fusions (1e-5 on O(1) losses)."""
+    config = TINY.static
+    hyper = lm_train.LMHyper.stack([config, config.replace(seed=1, lr=1e-2)])
+    held_out = lm_train.held_out_batch(config)
+    outcomes = {}
+    for threshold in (float("inf"), 0.0):
+        monkeypatch.setattr(lm_train, "SEQUENTIAL_FLOPS", threshold)
+        assert lm_train.runs_in_sequence(config) == (threshold == 0.0)
+        states = lm_train._init_many(config, hyper)
+        lm_train._advance_many._clear_cache()
+        _, losses, record = lm_train._advance_many(config, states, hyper, held_out)
+        outcomes[threshold] = np.concatenate([np.asarray(losses).ravel(), np.ravel(record[0])])
+    lm_train._advance_many._clear_cache()
+    np.testing.assert_allclose(outcomes[0.0], outcomes[float("inf")], atol=1e-5, rtol=0)

@@ -38,6 +38,7 @@ DTYPE = jnp.float32
 # as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
 jit = jax.jit
 FINAL_LR_FRACTION = 0.1  # the cosine schedule ends at lr / 10
+SEQUENTIAL_FLOPS = 1e8  # model FLOPs per step from which runs advance in turn (`runs_in_sequence`)
 
 
 class LMHyper(eqx.Module):
@@ -188,11 +189,23 @@ def _init_many(config: LMConfig, hyper: LMHyper) -> LMState:
     return jax.vmap(partial(init, config))(hyper)
 
 
+def runs_in_sequence(config: LMConfig) -> bool:
+    """Whether `_advance_many` advances its runs one after another in one program (`lax.map`)
+    instead of vmapping them: on CPU, once one run's step is large enough to keep the cores'
+    matmul units busy, vmapping turns every matmul into a batched one plus layout copies,
+    which XLA:CPU runs more slowly than the runs in turn (docs/performance.md, decoders)."""
+    return jax.default_backend() == "cpu" and model_flops_per_step(config) >= SEQUENTIAL_FLOPS
+
+
 @partial(jit, static_argnums=0, donate_argnums=1)
 def _advance_many(config: LMConfig, states: LMState, hyper: LMHyper, held_out: RecallBatch):
     """`eval_every` steps of every run, then each run's held-out loss and accuracy."""
-    states, losses = jax.vmap(partial(advance, config))(states, hyper)
-    record = jax.vmap(partial(_record, config), in_axes=(0, None))(states.params, held_out)
+    if runs_in_sequence(config):
+        states, losses = jax.lax.map(lambda run: advance(config, *run), (states, hyper))
+        record = jax.lax.map(lambda params: _record(config, params, held_out), states.params)
+    else:
+        states, losses = jax.vmap(partial(advance, config))(states, hyper)
+        record = jax.vmap(partial(_record, config), in_axes=(0, None))(states.params, held_out)
     return states, losses, record
 
 

@@ -363,13 +363,11 @@ class Attention(nnx.Module):
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)
-        if record:
-            dense = parts[:-1] + [band_to_dense(parts[-1], self.local_window)]
-            self.sow(
-                nnx.Intermediate,
-                "attention",
-                jnp.concatenate(dense if self.local_window else parts, axis=-1),
-            )
+        if record:  # the local weights in the dense layout: compressed entries, then T tokens
+            recorded = list(parts)
+            if self.local_window:
+                recorded[-1] = band_to_dense(parts[-1], self.local_window)
+            self.sow(nnx.Intermediate, "attention", jnp.concatenate(recorded, axis=-1))
         heads = sum(
             jnp.einsum("bhtc,bchd->bthd", p, val)
             for p, val in zip(parts[: len(values)], values, strict=True)

@@ -9,6 +9,14 @@
   machine's float32 matmul rate, measured in the same run on square matrices
   (`PEAK_MATMUL` a side) with the same threads.
 
+Beside the two ratios, to say where the time goes (measured in the same rounds): the
+matmul rate at the model's own shapes (`model_shape_matmul_rates`: the projections,
+`(B T) x D @ D x D`; dense attention, `T x hd @ hd x T` batched over `B H`; the banded
+local branch, `W x hd @ hd x 2W` batched over `B H T/W`) against the square one; the
+single-seed loop's own utilisation; the CPU seconds each call used per wall second (2
+means both cores busy); and the share of the batched call's model FLOPs spent on the
+held-out evaluation that ends each block (the loop has none).
+
 Each timed call runs in interleaved rounds (batch, loop, matmul in turn) so that load
 from other jobs falls on all three; a ratio is the median over rounds of the ratio within
 a round. Run as a script to print the JSON:
@@ -74,6 +82,41 @@ def matmul_rate(side: int, count: int) -> Callable[[], object]:
     return partial(chain, x0)
 
 
+def batched_matmul_rate(
+    batch: int, rows: int, inner: int, cols: int, count: int
+) -> Callable[[], object]:
+    """A call doing `count` dependent pairs of batched matmuls at attention's shapes: scores
+    `(rows x inner) @ (inner x cols)` then mix `(rows x cols) @ (cols x inner)`, `batch` of
+    each (FLOPs: `4 batch rows inner cols` per pair). `batch = 1`, `cols = inner` is a
+    projection's `rows x inner @ inner x inner`, applied twice."""
+    keys = jax.random.split(jax.random.key(1), 2)
+    k = jax.random.normal(keys[0], (batch, cols, inner), jnp.float32) / float(np.sqrt(inner))
+    v = jax.random.normal(keys[1], (batch, cols, inner), jnp.float32) / float(np.sqrt(cols))
+
+    @jax.jit
+    def chain(x):
+        def pair(_, y):
+            scores = jnp.einsum("bri,bci->brc", y, k)
+            return jnp.einsum("brc,bci->bri", scores, v)
+
+        return jax.lax.fori_loop(0, count, pair, x)
+
+    x0 = jax.random.normal(jax.random.key(2), (batch, rows, inner), jnp.float32)
+    chain(x0).block_until_ready()
+    return partial(chain, x0)
+
+
+def model_matmul_shapes(config) -> dict[str, tuple[int, int, int, int]]:
+    """`(batch, rows, inner, cols)` of the decoder's matmuls, named (see the module docstring)."""
+    hd, heads, T = config.d_model // config.heads, config.heads, config.seq_len
+    W = min(config.window, T)
+    return {
+        "projection": (1, config.batch * T, config.d_model, config.d_model),
+        "attention_dense": (config.batch * heads, T, hd, T),
+        "attention_banded": (config.batch * heads * -(-T // W), W, hd, 2 * W),
+    }
+
+
 def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _: None) -> dict:
     """Every measurement, in one process; a JSON-ready dict with the two ratios."""
     config = bench_config(settings).static
@@ -113,8 +156,15 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
     log("matmul peak: compiling")
     matmul = matmul_rate(PEAK_MATMUL, settings.matmuls)
 
-    log(f"timing: {settings.repeats} interleaved rounds")
+    shapes = model_matmul_shapes(config)
+    shape_flops = {}
     calls = {"batch": batched, "loop": looped, "matmul": matmul}
+    for name, (b, rows, inner, cols) in shapes.items():
+        count = max(1, round(settings.matmuls * PEAK_MATMUL**3 / (2 * b * rows * inner * cols)))
+        calls[name] = batched_matmul_rate(b, rows, inner, cols, count)
+        shape_flops[name] = count * 4.0 * b * rows * inner * cols
+
+    log(f"timing: {settings.repeats} interleaved rounds")
     times = {name: [] for name in calls}
     for _ in range(settings.repeats):
         for name, fn in calls.items():
@@ -126,6 +176,8 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
     cpu = {name: np.array([t[1] for t in ts]) for name, ts in times.items()}
     speedup = float(np.median(wall["loop"] / wall["batch"]))
     utilisation = float(np.median((flops / wall["batch"]) / (matmul_flops / wall["matmul"])))
+    peak = matmul_flops / wall["matmul"]
+    held_out = config.eval_batch / config.batch / 3  # one forward, in training steps
     cost = one_step.lower(singles[0], single_hyper[0]).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     result = {
@@ -141,6 +193,19 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
             "batch": float(tokens / np.median(wall["batch"])),
             "loop": float(tokens / np.median(wall["loop"])),
         },
+        "loop_flop_utilisation": float(np.median((flops / wall["loop"]) / peak)),
+        "model_shape_matmul_rates": {
+            name: {
+                "shape": dict(zip(("batch", "rows", "inner", "cols"), shapes[name], strict=True)),
+                "flops_per_second": float(np.median(shape_flops[name] / wall[name])),
+                "against_peak": float(np.median(shape_flops[name] / wall[name] / peak)),
+            }
+            for name in shapes
+        },
+        "cpu_seconds_per_wall_second": {
+            name: float(np.median(cpu[name] / wall[name])) for name in ("batch", "loop", "matmul")
+        },
+        "held_out_flops_share": held_out / (settings.steps + held_out),
         "model_flops_per_step": lm_train.model_flops_per_step(config),
         "xla_flops_per_step": float(cost.get("flops", float("nan"))) if cost else None,
         "matmul_flops_per_second": float(matmul_flops / np.median(wall["matmul"])),

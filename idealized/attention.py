@@ -232,6 +232,65 @@ def local_visibility(length: int, window: int) -> Float[Array, "T T"]:
     return (u <= t) & (t - u < window)
 
 
+def _blocks(length: int, window: int) -> tuple[int, int]:
+    """Block size and block count of the banded local branch: blocks of `min(window, T)` queries."""
+    size = min(window, length)
+    return size, -(-length // size)
+
+
+def local_band_visibility(length: int, window: int) -> Float[Array, "T 2W"]:
+    """The local mask in the banded layout of `local_keys`: query `t` in block `i = t // W`
+    holds in slot `j` the key `u = (i - 1) W + j`; visible when `0 <= u` and `0 <= t - u < window`."""
+    size, _ = _blocks(length, window)
+    t = jnp.arange(length, dtype=jnp.int32)[:, None]
+    u = (t // size - 1) * size + jnp.arange(2 * size, dtype=jnp.int32)[None, :]
+    return (u >= 0) & (u <= t) & (t - u < window)
+
+
+def local_keys(y: Float[Array, "B H T hd"], window: int) -> Float[Array, "B H n 2W hd"]:
+    """The keys (or values) each block of W queries may see: its own block and the one before.
+
+    `T` is padded to `n W` (`W = min(window, T)`) and one block of zeros goes in front, so
+    block `i` holds tokens `(i - 1) W ... (i + 1) W - 1`.
+    """
+    size, count = _blocks(y.shape[2], window)
+    padded = jnp.pad(y, ((0, 0), (0, 0), (size, count * size - y.shape[2]), (0, 0)))
+    blocks = padded.reshape(*y.shape[:2], count + 1, size, y.shape[-1])
+    return jnp.concatenate([blocks[:, :, :-1], blocks[:, :, 1:]], axis=3)
+
+
+def _query_blocks(q: Float[Array, "B H T ..."], window: int) -> Float[Array, "B H n W ..."]:
+    size, count = _blocks(q.shape[2], window)
+    pad = [(0, 0), (0, 0), (0, count * size - q.shape[2])] + [(0, 0)] * (q.ndim - 3)
+    return jnp.pad(q, pad).reshape(*q.shape[:2], count, size, *q.shape[3:])
+
+
+def local_scores(
+    q: Float[Array, "B H T hd"], k: Float[Array, "B H T hd"], window: int
+) -> Float[Array, "B H T 2W"]:
+    """`q . k` of each query against the 2W keys of its band (`local_keys`); mask with
+    `local_band_visibility`. Exact: the band holds every key of the last `window` tokens."""
+    scores = jnp.einsum("bhnqd,bhnkd->bhnqk", _query_blocks(q, window), local_keys(k, window))
+    return scores.reshape(*scores.shape[:2], -1, scores.shape[-1])[:, :, : q.shape[2]]
+
+
+def local_mix(probs: Float[Array, "B H T 2W"], v: Float[Array, "B H T hd"], window: int) -> Heads:
+    """The banded attention weights applied to the values, as `(B, T, H, hd)`."""
+    mixed = jnp.einsum("bhnqk,bhnkd->bnqhd", _query_blocks(probs, window), local_keys(v, window))
+    return mixed.reshape(mixed.shape[0], -1, *mixed.shape[3:])[:, : v.shape[2]]
+
+
+def band_to_dense(probs: Float[Array, "B H T 2W"], window: int) -> Float[Array, "B H T T"]:
+    """Banded local weights scattered to the dense layout `[t, u]` (zero outside the band)."""
+    length = probs.shape[2]
+    size, _ = _blocks(length, window)
+    t = jnp.arange(length, dtype=jnp.int32)[:, None]
+    slot = jnp.arange(length, dtype=jnp.int32)[None, :] - (t // size - 1) * size
+    inside = (slot >= 0) & (slot < 2 * size)
+    dense = jnp.take_along_axis(probs, jnp.clip(slot, 0, 2 * size - 1)[None, None], axis=-1)
+    return jnp.where(inside, dense, 0.0)
+
+
 def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]:
     """Softmax over the visible entries; a row with none visible is all zeros."""
     scores = jnp.where(mask, scores, MASKED)
@@ -297,20 +356,33 @@ class Attention(nnx.Module):
             masks.append(compressed_visibility(length, stride))
             values.append(cv)
         if self.local_window:
-            kr = rotate(k, positions, self.rope_dim)
-            scores.append(jnp.einsum("bthd,buhd->bhtu", q, kr) * scale)
-            masks.append(local_visibility(length, self.local_window))
-            values.append(v)
+            local_scores, local_mask, local_values = self._local_branch(q, k, v, positions)
+            scores.append(local_scores * scale)
+            masks.append(local_mask)
         mask = jnp.concatenate(masks, axis=-1)[None, None]
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
-        if record:
-            self.sow(nnx.Intermediate, "attention", probs)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)
+        if record:  # the local weights in the dense layout: compressed entries, then T tokens
+            recorded = list(parts)
+            if self.local_window:
+                recorded[-1] = band_to_dense(parts[-1], self.local_window)
+            self.sow(nnx.Intermediate, "attention", jnp.concatenate(recorded, axis=-1))
         heads = sum(
-            jnp.einsum("bhtc,bchd->bthd", p, val) for p, val in zip(parts, values, strict=True)
+            jnp.einsum("bhtc,bchd->bthd", p, val)
+            for p, val in zip(parts[: len(values)], values, strict=True)
         )
+        if self.local_window:
+            heads = heads + local_mix(parts[-1], local_values, self.local_window)
         return self.out(heads.reshape(batch, length, -1))
+
+    def _local_branch(self, q: Heads, k: Heads, v: Heads, positions):
+        """The uncompressed branch in the banded layout (`local_scores`): unscaled scores
+        `(B, H, T, 2W)`, their mask `(T, 2W)`, and the values head-major `(B, H, T, hd)`."""
+        keys = rotate(k, positions, self.rope_dim).transpose(0, 2, 1, 3)
+        scores = local_scores(q.transpose(0, 2, 1, 3), keys, self.local_window)
+        mask = local_band_visibility(q.shape[1], self.local_window)
+        return scores, mask, v.transpose(0, 2, 1, 3)
 
     def pooling_weights(self) -> Float[Array, "H s"] | None:
         return self.compressor.pooling_weights() if self.use_compressed else None

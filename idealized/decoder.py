@@ -86,11 +86,14 @@ class Decoder(nnx.Module):
         self.norm = nnx.RMSNorm(config.d_model, rngs=rngs)
         self.unembed = nnx.Linear(config.d_model, config.vocab, use_bias=False, rngs=rngs)
 
-    def __call__(self, tokens: Int[Array, "B T"], *, record: bool = False) -> Float[Array, "B T V"]:
+    def __call__(
+        self, tokens: Int[Array, "B T"], *, record: bool = False, start: int = 0
+    ) -> Float[Array, "B T-start V"]:
+        """Next-token logits of positions `start:` (every layer still runs on all `T` tokens)."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, record=record)
-        return self.unembed(self.norm(x))
+        return self.unembed(self.norm(x[:, start:]))
 
     def pooling_weights(self) -> list[Float[Array, "H s"] | None]:
         """Per layer, each head's pooling weight per phase (None where the layer has none)."""

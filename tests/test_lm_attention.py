@@ -205,3 +205,68 @@ def test_a_partial_last_window_changes_no_output_before_it(operator):
     longer, shorter = forward(layer, x), forward(layer, x[:, :T])
     assert longer.shape == (2, T + 2, D)
     np.testing.assert_allclose(longer[:, :T], shorter, rtol=0, atol=1e-6)
+
+
+def dense_masked(layer, x):
+    """The layer with its local branch scored densely against all T keys and masked by
+    `local_visibility` (one joint softmax with the compressed entries): the output and the
+    weights in the recorded layout (compressed entries first, then the T tokens)."""
+    length = x.shape[1]
+    heads = lambda y: y.reshape(*y.shape[:2], H, HD)  # noqa: E731
+    positions = jnp.arange(length, dtype=jnp.float32)
+    q = attention.rotate(heads(layer.query(x)), positions, ROPE)
+    k, v = heads(layer.key(x)), heads(layer.value(x))
+    scores, masks, values = [], [], []
+    if layer.use_compressed:
+        stride = layer.compressor.stride
+        ck, cv = layer.compressor(x, k, v)
+        ck = attention.rotate(ck, jnp.arange(length // stride, dtype=jnp.float32) * stride, ROPE)
+        scores.append(jnp.einsum("bthd,bchd->bhtc", q, ck))
+        masks.append(attention.compressed_visibility(length, stride))
+        values.append(cv)
+    kr = attention.rotate(k, positions, ROPE)
+    scores.append(jnp.einsum("bthd,buhd->bhtu", q, kr))
+    masks.append(attention.local_visibility(length, layer.local_window))
+    values.append(v)
+    probs = attention.masked_softmax(
+        jnp.concatenate(scores, axis=-1) / math.sqrt(HD), jnp.concatenate(masks, axis=-1)
+    )
+    mixed = jnp.einsum("bhtk,bkhd->bthd", probs, jnp.concatenate(values, axis=1))
+    return layer.out(mixed.reshape(*x.shape[:2], D)), probs
+
+
+@pytest.mark.parametrize(
+    "length, window, operator",
+    [
+        (16, 4, None),  # T a multiple of W
+        (18, 5, None),  # T not a multiple of W: the last block is padded
+        (12, 12, None),  # W = T: one block
+        (10, 16, None),  # W > T: every earlier token is visible
+        (16, 1, None),  # each query sees only itself
+        (16, 3, "mean_pool"),  # one softmax over compressed entries and the band
+        (17, 6, "deepseek_v4"),  # a partial last window and a partial last block
+    ],
+)
+def test_banded_local_branch_equals_dense_masked_attention(length, window, operator):
+    """The banded local branch (2W keys per block of W queries) against the dense one (all T
+    keys, masked): the same float32 terms summed in another order, so they agree to float32
+    rounding of O(1) sums (1e-5); masked slots get weight exactly 0 in both. The recorded
+    weights, scattered back to the dense layout, are compared the same way."""
+    rngs = nnx.Rngs(0)
+    compressor = None
+    if operator is not None:
+        compressor = attention.make_compressor(
+            operator, stride=STRIDE, heads=H, d_model=D, head_dim=HD, overlap=True, rngs=rngs
+        )
+    layer = attention.Attention(
+        D, H, compressor=compressor, local_window=window, rope_dim=ROPE, rngs=rngs
+    )
+    x = jnp.asarray(np.random.default_rng(length).standard_normal((2, length, D)), jnp.float32)
+    graph, state = nnx.split(layer)
+    record = nnx.capture(lambda m, x: m(x, record=True), nnx.Intermediate)
+    banded, sown = jax.jit(lambda st, x: record(nnx.merge(graph, st), x))(state, x)
+    want, want_probs = jax.jit(lambda st, x: dense_masked(nnx.merge(graph, st), x))(state, x)
+    np.testing.assert_allclose(np.asarray(banded), np.asarray(want), atol=1e-5, rtol=0)
+    recorded = np.asarray(sown["attention"][0])
+    assert recorded.shape == want_probs.shape
+    np.testing.assert_allclose(recorded, np.asarray(want_probs), atol=1e-6, rtol=0)

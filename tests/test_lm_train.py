@@ -1,15 +1,18 @@
 """`sims.lm.train`: many decoders under one compile, determinism, the schedule, the FLOP count."""
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from flax import nnx
 
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.recall import sample_batch
 from weakspots.sims.lm import train as lm_train
 
 TINY = LMConfig(
@@ -86,14 +89,38 @@ def jaxpr_dot_flops(fn, *args) -> float:
     return walk(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
-@pytest.mark.parametrize("layout", ["sliding,compressed", "dense,compressed"])
-def test_flop_count_matches_the_dots_of_the_forward(layout):
-    """`model_flops_per_step / 3` against the dot_generals XLA is given (mean pooling has none)."""
-    config = TINY.replace(layers=2, layout=layout, mlp=2)
-    graph, state = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(0)))
-    tokens = jnp.zeros((config.batch, config.seq_len), jnp.int32)
-    counted = jaxpr_dot_flops(lambda s, t: nnx.merge(graph, s)(t), state, tokens)
+@pytest.mark.parametrize(
+    "layout, window, local_window",
+    [("sliding,compressed", 4, 0), ("dense,compressed", 4, 0), ("sliding,compressed", 5, 3)],
+)
+def test_flop_count_matches_the_dots_of_the_forward(layout, window, local_window):
+    """`model_flops_per_step / 3` against the dot_generals of the training loss's forward
+    (mean pooling has none); window 5 pads T = 32 to whole blocks of the local branch."""
+    config = TINY.replace(layers=2, layout=layout, mlp=2, window=window, local_window=local_window)
+    state = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(0)))[1]
+    batch = sample_batch(jax.random.key(0), config.task, config.batch)
+    counted = jaxpr_dot_flops(partial(lm_train.sequence_loss, config.static), state, batch)
     assert lm_train.model_flops_per_step(config) / 3 == pytest.approx(counted, rel=1e-12)
+
+
+def test_loss_on_the_query_logits_equals_the_loss_on_every_logit():
+    """`sequence_loss` unembeds only the query section; every scored position lies there,
+    so the mean over the full logits is the same number (float32 rounding of a mean of
+    O(1) terms: 1e-6)."""
+    config = TINY.static
+    batch = sample_batch(jax.random.key(3), config.task, 16)
+    context = config.task.context_len
+    assert not np.asarray(batch.scored[:, :context]).any()
+    params = nnx.split(Decoder(config.decoder, rngs=nnx.Rngs(1)))[1]
+    logits = lm_train.merge(config.decoder, params)(batch.tokens)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
+    full = np.sum(np.asarray(losses) * np.asarray(batch.scored)) / np.sum(batch.scored)
+    got = float(lm_train.sequence_loss(config, params, batch))
+    assert got == pytest.approx(float(full), abs=1e-6)
+    hit = np.asarray(jnp.argmax(logits, axis=-1) == batch.targets) | ~np.asarray(batch.first_query)
+    np.testing.assert_array_equal(
+        np.asarray(lm_train.first_query_correct(config, params, batch)), hit.all(axis=-1)
+    )
 
 
 @pytest.mark.slow
@@ -109,3 +136,21 @@ def test_tiny_decoder_learns_recall():
     )  # fmt: skip
     result = lm_train.train(config)
     assert result.history.eval_accuracy[-1] > 0.8
+
+
+def test_runs_in_sequence_train_as_the_vmapped_runs(monkeypatch):
+    """The two ways `_advance_many` advances its runs (vmapped, or in turn for large steps)
+    give the same losses, up to float32 rounding of different fusions (1e-5 on O(1) losses)."""
+    config = TINY.static
+    hyper = lm_train.LMHyper.stack([config, config.replace(seed=1, lr=1e-2)])
+    held_out = lm_train.held_out_batch(config)
+    outcomes = {}
+    for threshold in (float("inf"), 0.0):
+        monkeypatch.setattr(lm_train, "SEQUENTIAL_FLOPS", threshold)
+        assert lm_train.runs_in_sequence(config) == (threshold == 0.0)
+        states = lm_train._init_many(config, hyper)
+        lm_train._advance_many._clear_cache()
+        _, losses, record = lm_train._advance_many(config, states, hyper, held_out)
+        outcomes[threshold] = np.concatenate([np.asarray(losses).ravel(), np.ravel(record[0])])
+    lm_train._advance_many._clear_cache()
+    np.testing.assert_allclose(outcomes[0.0], outcomes[float("inf")], atol=1e-5, rtol=0)

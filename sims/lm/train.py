@@ -38,6 +38,7 @@ DTYPE = jnp.float32
 # as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
 jit = jax.jit
 FINAL_LR_FRACTION = 0.1  # the cosine schedule ends at lr / 10
+SEQUENTIAL_FLOPS = 1e8  # model FLOPs per step from which runs advance in turn (`runs_in_sequence`)
 
 
 class LMHyper(eqx.Module):
@@ -117,12 +118,31 @@ def init(config: LMConfig, hyper: LMHyper) -> LMState:
     return LMState(params, opt_state, k_data, jnp.zeros((), jnp.int32))
 
 
+def query_logits(config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]) -> Array:
+    """Logits `(B, T - context_len, vocab)` of the query section alone: every scored position
+    (`RecallBatch.scored`, `first_query`) lies there, after the task's context."""
+    return merge(config.decoder, params)(tokens, start=config.task.context_len)
+
+
+def _query_part(config: LMConfig, y: Array) -> Array:
+    return y[:, config.task.context_len :]
+
+
+def _loss(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
+    targets = _query_part(config, batch.targets)
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+    weights = _query_part(config, batch.scored).astype(DTYPE)
+    return jnp.sum(losses * weights) / jnp.sum(weights)
+
+
+def _first_query_correct(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
+    hit = jnp.argmax(logits, axis=-1) == _query_part(config, batch.targets)
+    return jnp.all(hit | ~_query_part(config, batch.first_query), axis=-1)
+
+
 def sequence_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
     """Mean cross-entropy of the scored next tokens (the queried values)."""
-    logits = merge(config.decoder, params)(batch.tokens)
-    losses = optax.softmax_cross_entropy_with_integer_labels(logits, batch.targets)
-    weights = batch.scored.astype(DTYPE)
-    return jnp.sum(losses * weights) / jnp.sum(weights)
+    return _loss(config, query_logits(config, params, batch.tokens), batch)
 
 
 def step(config: LMConfig, state: LMState, hyper: LMHyper) -> tuple[LMState, Array]:
@@ -146,9 +166,7 @@ def advance(config: LMConfig, state: LMState, hyper: LMHyper):
 
 def first_query_correct(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
     """Per sequence, whether every value token of the first query is predicted (argmax)."""
-    logits = merge(config.decoder, params)(batch.tokens)
-    hit = jnp.argmax(logits, axis=-1) == batch.targets
-    return jnp.all(hit | ~batch.first_query, axis=-1)
+    return _first_query_correct(config, query_logits(config, params, batch.tokens), batch)
 
 
 @partial(jit, static_argnums=0)
@@ -158,9 +176,11 @@ def held_out_batch(config: LMConfig) -> RecallBatch:
 
 
 def _record(config: LMConfig, params: nnx.State, held_out: RecallBatch):
+    """Held-out loss and first-query accuracy from one forward pass."""
+    logits = query_logits(config, params, held_out.tokens)
     return (
-        sequence_loss(config, params, held_out),
-        jnp.mean(first_query_correct(config, params, held_out).astype(DTYPE)),
+        _loss(config, logits, held_out),
+        jnp.mean(_first_query_correct(config, logits, held_out).astype(DTYPE)),
     )
 
 
@@ -169,11 +189,23 @@ def _init_many(config: LMConfig, hyper: LMHyper) -> LMState:
     return jax.vmap(partial(init, config))(hyper)
 
 
+def runs_in_sequence(config: LMConfig) -> bool:
+    """Whether `_advance_many` advances its runs one after another in one program (`lax.map`)
+    instead of vmapping them: on CPU, once one run's step is large enough to keep the cores'
+    matmul units busy, vmapping turns every matmul into a batched one plus layout copies,
+    which XLA:CPU runs more slowly than the runs in turn (docs/performance.md, decoders)."""
+    return jax.default_backend() == "cpu" and model_flops_per_step(config) >= SEQUENTIAL_FLOPS
+
+
 @partial(jit, static_argnums=0, donate_argnums=1)
 def _advance_many(config: LMConfig, states: LMState, hyper: LMHyper, held_out: RecallBatch):
     """`eval_every` steps of every run, then each run's held-out loss and accuracy."""
-    states, losses = jax.vmap(partial(advance, config))(states, hyper)
-    record = jax.vmap(partial(_record, config), in_axes=(0, None))(states.params, held_out)
+    if runs_in_sequence(config):
+        states, losses = jax.lax.map(lambda run: advance(config, *run), (states, hyper))
+        record = jax.lax.map(lambda params: _record(config, params, held_out), states.params)
+    else:
+        states, losses = jax.vmap(partial(advance, config))(states, hyper)
+        record = jax.vmap(partial(_record, config), in_axes=(0, None))(states.params, held_out)
     return states, losses, record
 
 
@@ -303,22 +335,32 @@ def train(config: LMConfig, **kwargs) -> LMResult:
 def model_flops_per_step(config: LMConfig) -> float:
     """Matmul FLOPs of one training step (forward and backward, 3x the forward), by count.
 
-    Per token and layer: the four `D x D` projections, the MLP, and attention against
-    the entries it scores (`2 hd` per score and per weighted value, every head); plus the
-    unembedding. Pooling and elementwise work are not counted (as in MFU accounting).
+    Per layer: the four `D x D` projections and the MLP of every token, and attention
+    (`2 hd` per score and per weighted value, every head) against the slots the layer
+    computes: all `T` tokens (dense), the `T // s` entries (compressed), and for a local
+    window `W' = min(W, T)` the `2 W'` keys of each block of `W'` queries, over `T`
+    rounded up to whole blocks (`attention.local_scores`). Plus the unembedding of the
+    query section (`query_logits`). Pooling and elementwise work are not counted (as in
+    MFU accounting).
     """
     d, T, V = config.d_model, config.seq_len, config.task.vocab
-    per_token = 2 * d * V
+
+    def local(window: int) -> int:  # query rows x key slots of the banded local branch
+        size = min(window, T)
+        return -(-T // size) * size * 2 * size
+
+    flops = 2 * d * V * (T - config.task.context_len)
     for kind in config.layer_kinds:
-        per_token += 2 * 4 * d * d + 2 * 2 * config.mlp * d * d
+        flops += (2 * 4 * d * d + 2 * 2 * config.mlp * d * d) * T
         if kind == "dense" or (kind == "compressed" and config.operator == "none"):
-            slots = T
+            scored = T * T
         elif kind == "sliding":
-            slots = T  # computed densely, then masked
+            scored = local(config.window)
         else:
-            slots = T // config.stride + (T if config.local_window else 0)
-        per_token += 2 * 2 * slots * d
-    return 3.0 * per_token * T * config.batch
+            scored = T * (T // config.stride)
+            scored += local(config.local_window) if config.local_window else 0
+        flops += 2 * 2 * d * scored
+    return 3.0 * flops * config.batch
 
 
 def tokens_per_step(config: LMConfig) -> int:
@@ -337,6 +379,7 @@ __all__ = [
     "learning_rate",
     "merge",
     "model_flops_per_step",
+    "query_logits",
     "run_batch",
     "sequence_loss",
     "step",

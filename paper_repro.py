@@ -8,7 +8,8 @@ Each selected experiment of the registry (`figures.EXPERIMENTS`, which is
 (`sims.experiments.evaluate`: run, predict, rows; results kept in the result store under
 OUT/store, so a rerun reuses them) and, if it has a figure, drawn as PNG and PDF. Then
 REPORT.md and report.csv in OUT: the agreement table, its rows counted by kind
-(prediction, consistency, fit), each figure with its caption, and the run's provenance.
+(prediction, consistency, fit), the experiments' own tables (also in tables.json), each
+figure with its caption, and the run's provenance.
 Exit code 1 if any row fails or an experiment could not be made.
 
 The SGD runs of the selected experiments are trained first, together (one compiled
@@ -194,7 +195,23 @@ def _cell(row: dict, column: str) -> str:
     return _fmt(row.get(column))
 
 
-def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: dict) -> None:
+def table_lines(table: dict) -> list[str]:
+    """One experiment table (`Table.as_dict()`) as markdown: a title, its note, the table."""
+    lines = [f"### {table['title']}", ""]
+    if table["note"]:
+        lines += [table["note"], ""]
+    lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
+    lines += ["| " + " | ".join(_fmt(cell) for cell in row) + " |" for row in table["rows"]]
+    return lines + [""]
+
+
+def write_report(
+    out: Path, rows: list[dict], made: dict, errors: dict, prov: dict, tables: dict | None = None
+) -> None:
+    """REPORT.md, report.csv and (with tables) tables.json in `out`."""
+    tables = tables or {}
+    if tables:
+        (out / "tables.json").write_text(json.dumps(tables, indent=1))
     with open(out / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
@@ -238,6 +255,15 @@ def write_report(out: Path, rows: list[dict], made: dict, errors: dict, prov: di
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(_cell(r, c) for c in COLUMNS) + " |" for r in rows]
+    if tables:
+        lines += ["", "## Tables", ""]
+        lines += [
+            "Experiments' own tables, every number from their runs (also in tables.json).",
+            "",
+        ]
+        for name, found in tables.items():
+            for table in found:
+                lines += table_lines({**table, "title": f"{table['title']} ({name})"})
     lines += ["", "## Figures", ""]
     for i, (name, caption) in enumerate(made.items(), 1):
         lines += [f"### {i}. {name}", "", f"![{name}]({name}.png)", ""]
@@ -314,11 +340,13 @@ def main(argv=None) -> int:
     order = {e.name: i for i, e in enumerate(registry())}
     made["rows"].sort(key=lambda r: order[r["experiment"]])  # stable within an experiment
     made["made"] = dict(sorted(made["made"].items(), key=lambda kv: order[kv[0]]))
+    tables = dict(sorted(made["tables"].items(), key=lambda kv: order[kv[0]]))
     rows, captions, errors, times, cpu = (
         made[k] for k in ("rows", "made", "errors", "times", "cpu")
     )
     wall = time.perf_counter() - start
-    write_report(out, rows, captions, errors, provenance(budget, wall, times, cpu, len(groups)))
+    prov = provenance(budget, wall, times, cpu, len(groups))
+    write_report(out, rows, captions, errors, prov, tables)
     counts = experiments.kind_counts(rows)
     failed = [r for r in rows if experiments.failing(r)]
     by_kind = ", ".join(f"{c['rows']} {kind}" for kind, c in counts.items())
@@ -352,7 +380,7 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
 
     clock = CompileClock()
     store_dir = out / "store"
-    rows, made, errors, times, cpu = [], {}, {}, {}, {}
+    rows, made, tables, errors, times, cpu = [], {}, {}, {}, {}, {}
 
     def step_done(name: str) -> None:
         heard(
@@ -390,13 +418,22 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
                 plt.close(fig)
                 made[name] = list(experiment.caption)
             rows += [{"experiment": name, **r.as_dict()} for r in agreement]
+            if experiment.tables is not None:
+                tables[name] = [t.as_dict() for t in experiment.tables(results, predictions)]
         except Exception:  # one broken experiment must not hide the others; it fails the run
             errors[name] = traceback.format_exc()
             heard({"message": errors[name]})
         times[name] = time.perf_counter() - t0
         cpu[name] = time.process_time() - c0
         step_done(name)
-    return {"rows": rows, "made": made, "errors": errors, "times": times, "cpu": cpu}
+    return {
+        "rows": rows,
+        "made": made,
+        "tables": tables,
+        "errors": errors,
+        "times": times,
+        "cpu": cpu,
+    }
 
 
 def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
@@ -438,7 +475,7 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait()
-    merged = {"rows": [], "made": {}, "errors": {}, "times": {}, "cpu": {}}
+    merged = {"rows": [], "made": {}, "tables": {}, "errors": {}, "times": {}, "cpu": {}}
     for i, (group, target, events, proc) in enumerate(procs):
         events.unlink(missing_ok=True)
         if proc.returncode != 0 or not target.exists():
@@ -449,6 +486,7 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
         target.unlink()
         merged["rows"] += part["rows"]
         merged["made"].update(part["made"])
+        merged["tables"].update(part["tables"])
         merged["errors"].update(part["errors"])
         merged["times"].update({_job_key(k, i): v for k, v in part["times"].items()})
         merged["cpu"].update({_job_key(k, i): v for k, v in part["cpu"].items()})

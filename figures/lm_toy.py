@@ -4,10 +4,10 @@ import numpy as np
 
 from weakspots.figures.style import COLORS, SGD, THEORY, figure, legend_below
 from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights
-from weakspots.sims.experiments.lm_toy import measured_support
+from weakspots.sims.experiments.lm_toy import STRIDE_PAIRS, measured_support
 
 CAPTION = (
-    "(a) delta_max of fixed mean pooling against the chunk count N at stride 8 (the toy predicts none at any N; grey: 95% noise floor); (b) delta_max against stride at T = 128 (the field's claim: larger stride, larger weak spot); (c) support size of the learned softmax pooling (phases above 1/(2s), mean over heads and seeds) against the toy's d = inf flow at the decoder's effective gain, with and without weight decay; (d) the learned pooling weights per head.",
+    "(a) delta_max of fixed mean pooling against the chunk count N at stride 8 (the toy predicts none at any N; grey: 95% noise floor); (b) delta_max against stride at T = 128 with 4 and with 8 facts P (bars: 95% noise floor; the field's claim: larger stride, larger weak spot); (c) support size of the learned softmax pooling (phases above 1/(2s), mean over heads and seeds) against the toy's d = inf flow at the decoder's effective gain, with and without weight decay; (d) the learned pooling weights per head.",
     "Points: decoders (two seeds pooled). Black: the toy's prediction. The agreement table states which predictions carried over.",
 )
 
@@ -31,11 +31,22 @@ def make(results, predictions):
     ax.set_ylabel("delta_max")
     ax.set_title("(a) gap vs N", loc="left")
     ax = axes[0, 1]
-    names = [k for k in ("mean_s4", "mean_s8") if k in d]
-    s = [d[k]["config"]["stride"] for k in names]
-    ax.errorbar(s, [_delta(d[k]) for k in names], color=COLORS[0], **SGD)
-    ax.fill_between(s, 0, [d[k]["delta_max_noise_floor"] for k in names], color="0.85")
-    ax.set_xticks(s)
+    for i, pair in enumerate(STRIDE_PAIRS):
+        names = [k for k in pair if k in d]
+        if not names:
+            continue
+        s = [d[k]["config"]["stride"] for k in names]
+        delta = [_delta(d[k]) for k in names]
+        floor = [d[k]["delta_max_noise_floor"] for k in names]
+        ax.errorbar(s, delta, yerr=floor, color=COLORS[i], **SGD)
+        ax.plot(s, delta, lw=0.8, color=COLORS[i])
+        for x, y in zip(s[-1:], delta[-1:], strict=True):
+            ax.annotate(
+                f"P = {d[names[0]]['config']['pairs']}", (x, y), xytext=(-6, 0),
+                textcoords="offset points", ha="right", va="center", color=COLORS[i],
+            )  # fmt: skip
+        ax.set_xticks(s)
+    ax.set_xlim(3, 9)
     ax.set_xlabel("stride s (mean pooling, T = 128)")
     ax.set_title("(b) gap vs stride", loc="left")
     ax = axes[0, 2]

@@ -5,6 +5,7 @@ import csv
 import dataclasses
 import importlib.util
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
-from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, Experiment, Row, canonical
+from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, Experiment, Row, Table, canonical
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import train_many
 
@@ -67,10 +68,16 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
         lambda results, predictions: [
             Row("x", "", kind="prediction", predicted=1.0, ode=2.0, tolerance=0.1)
         ],
+        tables=lambda results, predictions: [Table("Sizes", ("design", "delta"), [("a", 0.25)])],
     )
     monkeypatch.setattr(repro, "registry", lambda: (*EXPERIMENTS, bad))
     assert repro.main(["--tiny", "--only", "always_fails", "--out", str(tmp_path)]) == 1
-    assert "**FAIL**" in (tmp_path / "REPORT.md").read_text()
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "**FAIL**" in report
+    # an experiment's own table: in REPORT.md, and reloadable from tables.json
+    assert "### Sizes (always_fails)" in report and "| a | 0.25 |" in report
+    table = json.loads((tmp_path / "tables.json").read_text())["always_fails"][0]
+    assert table["columns"] == ["design", "delta"] and table["rows"] == [["a", 0.25]]
 
 
 def test_two_jobs_give_the_serial_run_numbers(tmp_path):

@@ -100,6 +100,20 @@ class Row:
         }
 
 
+class Table(NamedTuple):
+    """A table of an experiment for REPORT.md: `title`, `columns`, `rows` of cells (str, int,
+    float or None; one per column) and a `note` printed under the title."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple]
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        """title, columns, rows, note as plain JSON-able values."""
+        return jsonable(self._asdict())
+
+
 @dataclass(frozen=True)
 class Budget:
     """How much of every experiment to run; the physics (canonical config) is the same at each."""
@@ -181,6 +195,8 @@ class Experiment:
     matplotlib Figure, and its two-line caption: None for an experiment that is only a
     table; `drawn_in_figures` in sims for one that `figures/` draws, which
     `figures.EXPERIMENTS` replaces with the drawing (sims never imports matplotlib).
+    tables(results, predictions) -> list[Table]: tables for the report beside the rows
+    (None: none).
     """
 
     name: str
@@ -192,6 +208,7 @@ class Experiment:
     configs: Callable[[Budget], Sequence[TrainConfig]] = no_sgd_runs
     figure: Callable[[dict, dict], Any] | None = None
     caption: tuple[str, ...] = ()
+    tables: Callable[[dict, dict], list[Table]] | None = None
 
     def replace(self, **changes) -> Experiment:
         return dataclasses.replace(self, **changes)

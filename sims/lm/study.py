@@ -40,11 +40,20 @@ DESIGNS: dict[str, dict] = {
     "dsv4_s8": dict(_RUN, stride=8, operator="deepseek_v4"),
     "mean_s8_k3": dict(_RUN, stride=8, operator="mean_pool", key_len=3),
     "mean_s4": dict(_RUN, stride=4, operator="mean_pool"),
+    "mean_s4_p8": dict(_RUN, stride=4, operator="mean_pool", pairs=8, steps=2000, eval_samples=48),
+    "mean_s8_p8": dict(_RUN, stride=8, operator="mean_pool", pairs=8, steps=2000, eval_samples=48),
     "mean_s8_T64": dict(_RUN, stride=8, operator="mean_pool", seq_len=64),
     "softmax_s8_wd": dict(_RUN, stride=8, operator="softmax_pool", weight_decay=0.1),
 }
 """Design name -> `LMConfig` fields (each trained with seeds 0 and 1)."""
-PATCHED = ("mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")  # the rest: --no-patch
+PATCHED = (
+    "mean_s8",
+    "softmax_s8",
+    "dsv4_s8",
+    "mean_s8_k3",
+    "mean_s4_p8",
+    "mean_s8_p8",
+)  # the rest: --no-patch
 ENSEMBLES = (2, 4)  # offset-ensemble sizes K of the mitigation study
 TINY = dict(
     seq_len=40, pairs=4, key_vocab=16, value_vocab=8, filler_vocab=4, d_model=16, heads=2,

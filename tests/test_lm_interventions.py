@@ -271,3 +271,31 @@ def test_deepseek_v4_decoders_are_ablated_as_each_run_evaluated_alone():
     assert out.shape == (1, 2, far.size)
     for run in range(2):
         np.testing.assert_array_equal(out[0, run, far], alone(switch, run))
+
+
+@pytest.mark.parametrize(
+    "operator, overlap",
+    [("deepseek_v4", False), ("deepseek_v4", True), ("low_rank", False), ("softmax_pool", False)],
+)
+def test_pooling_weights_of_stacked_runs_are_each_runs_own(operator, overlap):
+    """`ablate_lm` reads the pooling weights of a decoder merged from runs stacked on a leading
+    axis: each run's weights per head sum to one over the phases and equal the run's own
+    (for `deepseek_v4`, the softmax of `ape` over the phases, averaged over channels)."""
+    config = LMConfig(**TINY, operator=operator, overlap=overlap, stride=4).static
+    runs = [nnx.split(random_decoder(config, seed))[1] for seed in (6, 7)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *runs)
+    graph = nnx.split(random_decoder(config))[0]
+    weights = np.asarray(nnx.merge(graph, stacked).pooling_weights()[1])
+    assert weights.shape == (2, config.heads, config.stride)
+    own = [np.asarray(nnx.merge(graph, run).pooling_weights()[1]) for run in runs]
+    np.testing.assert_allclose(weights, np.stack(own), **EXACT)
+    if operator == "deepseek_v4":
+        ape = np.asarray(stacked["blocks"][1]["attention"]["compressor"]["ape"][...], np.float64)
+        if overlap:  # window [previous block | own block]: the own block's share
+            half = ape.shape[-1] // 2
+            ape = np.concatenate([ape[..., :half], ape[..., half:]], axis=-2)
+        e = np.exp(ape - ape.max(axis=-2, keepdims=True))
+        share = (e / e.sum(axis=-2, keepdims=True))[..., -config.stride :, :].mean(axis=-1)
+        np.testing.assert_allclose(weights, share, **EXACT)
+    if not overlap:
+        np.testing.assert_allclose(weights.sum(axis=-1), 1.0, **EXACT)

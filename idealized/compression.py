@@ -45,11 +45,13 @@ def max_pool(keys: Keys, projection: Float[Array, "d d"]) -> Pooled:
     return jnp.max(keys @ projection, axis=1)
 
 
-def phase_maps(left: Float[Array, "s d r"], right: Float[Array, "s d r"]) -> Float[Array, "s d d"]:
-    """`P_j = I/s + right_j @ left_j^T`: each phase's map under `low_rank`."""
-    stride, dim = left.shape[:2]
-    eye = jnp.eye(dim, dtype=left.dtype)
-    return eye[None] / stride + jnp.einsum("jdr,jer->jde", right, left)
+def phase_maps(
+    left: Float[Array, "*B s d r"], right: Float[Array, "*B s d r"]
+) -> Float[Array, "*B s d d"]:
+    """`P_j = I/s + right_j @ left_j^T`: each phase's map under `low_rank` (leading axes batch)."""
+    stride, dim = left.shape[-3:-1]
+    eye = jnp.eye(dim, dtype=left.dtype).reshape((1,) * (left.ndim - 2) + (dim, dim))
+    return eye / stride + jnp.einsum("...jdr,...jer->...jde", right, left)
 
 
 def low_rank(keys: Keys, left: Float[Array, "s d r"], right: Float[Array, "s d r"]) -> Pooled:

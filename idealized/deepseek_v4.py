@@ -161,17 +161,20 @@ def deepseek_v4(
     return keys
 
 
-def ape_pooling_weights(ape: Float[Array, "ratio cd"], overlap: bool) -> Float[Array, " ratio"]:
+def ape_pooling_weights(
+    ape: Float[Array, "*B ratio cd"], overlap: bool
+) -> Float[Array, "*B ratio"]:
     """Own-block window weights from `ape` alone (gate excluded), averaged over channels.
 
     With overlap the window is `[previous block | own block]` over `2 * ratio` slots, and
-    the own block's share is returned (it sums to less than one).
+    the own block's share is returned (it sums to less than one). Leading axes (heads,
+    runs) are batch axes.
     """
-    ratio = ape.shape[0]
+    ratio = ape.shape[-2]
     if overlap:
-        dim = ape.shape[1] // 2
-        window = jnp.concatenate([ape[:, :dim], ape[:, dim:]], axis=0)
-        weights = jax.nn.softmax(window, axis=0)[ratio:]
+        dim = ape.shape[-1] // 2
+        window = jnp.concatenate([ape[..., :dim], ape[..., dim:]], axis=-2)
+        weights = jax.nn.softmax(window, axis=-2)[..., ratio:, :]
     else:
-        weights = jax.nn.softmax(ape, axis=0)
+        weights = jax.nn.softmax(ape, axis=-2)
     return jnp.mean(weights, axis=-1)

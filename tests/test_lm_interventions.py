@@ -2,6 +2,7 @@
 against the world it copies from, the rows against the evaluation set, the paired intervals."""
 
 import math
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -215,3 +216,86 @@ def test_shifted_log_probs_are_the_mean_over_chunkings_built_by_hand():
         iv.shifted_log_probs(model, x, (0, 2), s), (intact + shifted) / 2, **BATCHED
     )
     assert iv.ensemble_offsets(8, 4) == (0, 2, 4, 6)
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _correct(config, graph, state, starts, index):
+    batch = placed_batch(iv.evaluation_key(config, index), config.task, starts)
+    return iv.first_query_correct(nnx.merge(graph, state), batch)
+
+
+def _alone(config, state, intervention, rows):
+    """Outcomes `(K * chunk,)` of one run's decoder under `intervention`, chunk by chunk, without
+    vmap (the route `world_outcomes` batches)."""
+    if intervention is not None and intervention.kind in iv.PARAMETER_EDITS:
+        state = iv.edited_parameters(config, state, intervention)
+    model = nnx.merge(nnx.split(random_decoder(config))[0], state)
+    if intervention is not None and intervention.kind in iv.SWITCHES:
+        iv._switch(model, intervention)
+    graph, state = nnx.split(model)
+    chunks = zip(rows.starts, rows.index, strict=True)
+    return np.concatenate([np.asarray(_correct(config, graph, state, x, i)) for x, i in chunks])
+
+
+def test_deepseek_v4_decoders_are_ablated_as_each_run_evaluated_alone():
+    """The ablation pipeline on `deepseek_v4` decoders, with one run in many worlds (`ablate_lm`)
+    and one world of two runs (a switch): unit axes on which a program of nested vmaps crashed
+    XLA:CPU. Accuracies, head effects, component drops and outcomes are those of each edited
+    decoder evaluated alone; the patching diagonal is exact."""
+    config = LMConfig(**TINY, operator="deepseek_v4").static
+    rows = iv.evaluation_rows(config)
+    runs = [nnx.split(random_decoder(config, seed))[1] for seed in (4, 5)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *runs)
+    s, far = config.stride, rows.far
+    phase = rows.value_start[far] % s
+    by_phase = lambda outcomes: np.array([outcomes[phase == p].mean() for p in range(s)])  # noqa: E731
+    alone = lambda intervention, run=0: _alone(config, runs[run], intervention, rows)[far]  # noqa: E731
+
+    report = iv.ablate_lm(config, jax.tree.map(lambda x: x[:1], stacked))
+    intact = by_phase(alone(None))
+    assert 0 < intact.mean() < 1  # outcomes of both kinds are compared
+    np.testing.assert_allclose(report["phase_accuracy"], intact, rtol=1e-12)
+    head = by_phase(alone(iv.Intervention("ablate_head", 1, 0)))
+    np.testing.assert_allclose(report["effect"][1][0], intact - head, atol=1e-12)
+    components = {c["kind"]: c for c in report["components"]}
+    for kind in ("zero_position_bias", "no_rope_compressed"):
+        expected = by_phase(alone(iv.Intervention(kind, 1)))
+        np.testing.assert_allclose(components[kind]["accuracy"], expected, rtol=1e-12)
+    patch = report["patch"]
+    for p in range(s):  # the source world at the clean phase is the clean world
+        if patch["samples"][p][p]:
+            assert patch["patched"][p][p] == patch["clean"][p][p]
+
+    switch = iv.Intervention("no_rope_compressed", 1)
+    out = iv.world_outcomes(config, stacked, [switch], rows)
+    assert out.shape == (1, 2, far.size)
+    for run in range(2):
+        np.testing.assert_array_equal(out[0, run, far], alone(switch, run))
+
+
+@pytest.mark.parametrize(
+    "operator, overlap",
+    [("deepseek_v4", False), ("deepseek_v4", True), ("low_rank", False), ("softmax_pool", False)],
+)
+def test_pooling_weights_of_stacked_runs_are_each_runs_own(operator, overlap):
+    """`ablate_lm` reads the pooling weights of a decoder merged from runs stacked on a leading
+    axis: each run's weights per head sum to one over the phases and equal the run's own
+    (for `deepseek_v4`, the softmax of `ape` over the phases, averaged over channels)."""
+    config = LMConfig(**TINY, operator=operator, overlap=overlap, stride=4).static
+    runs = [nnx.split(random_decoder(config, seed))[1] for seed in (6, 7)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *runs)
+    graph = nnx.split(random_decoder(config))[0]
+    weights = np.asarray(nnx.merge(graph, stacked).pooling_weights()[1])
+    assert weights.shape == (2, config.heads, config.stride)
+    own = [np.asarray(nnx.merge(graph, run).pooling_weights()[1]) for run in runs]
+    np.testing.assert_allclose(weights, np.stack(own), **EXACT)
+    if operator == "deepseek_v4":
+        ape = np.asarray(stacked["blocks"][1]["attention"]["compressor"]["ape"][...], np.float64)
+        if overlap:  # window [previous block | own block]: the own block's share
+            half = ape.shape[-1] // 2
+            ape = np.concatenate([ape[..., :half], ape[..., half:]], axis=-2)
+        e = np.exp(ape - ape.max(axis=-2, keepdims=True))
+        share = (e / e.sum(axis=-2, keepdims=True))[..., -config.stride :, :].mean(axis=-1)
+        np.testing.assert_allclose(weights, share, **EXACT)
+    if not overlap:
+        np.testing.assert_allclose(weights.sum(axis=-1), 1.0, **EXACT)

@@ -19,8 +19,7 @@ from weakspots.idealized.lm_config import RecallTask
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, Table, drawn_in_figures
 from weakspots.sims.lm import study
 
-# Without dsv4_s8: evaluating its trained decoders segfaults in XLA:CPU (lm ablate, reproducibly).
-MECHANISM_DESIGNS = ("mean_s4_p8", "mean_s8_p8", "mean_s8", "softmax_s8", "mean_s8_k3")
+MECHANISM_DESIGNS = ("mean_s4_p8", "mean_s8_p8", "mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")
 KEPT = (
     "config", "seeds", "phase_accuracy", "phase_accuracy_ci", "samples", "straddle", "effect",
     "effect_ci", "components", "patch", "pooling_weights", "margins", "evidence", "verdict",

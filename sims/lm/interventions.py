@@ -251,7 +251,17 @@ def evaluation_key(config: LMConfig, index):
 
 @partial(jit, static_argnums=(0, 1))
 def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts, index):
-    """Outcomes `(W, R, K * chunk)` of W edited states of R runs, after the switches."""
+    """Outcomes `(W, R, K * chunk)` of W edited states of R runs, after the switches.
+
+    Worlds and runs share one vmapped axis of `W * R` states. Two nested vmaps would give
+    the per-head pooling of the compressed layer rank-7 intermediates
+    `(W, R, B, H, C, s, hd)`, and XLA:CPU's YNNPACK fusions crash (segfault at run time)
+    on a rank-7 reduction of a product with one unit axis (W = 1 or R = 1), such as
+    `deepseek_v4`'s window pool `sum_p e[p] kv[p]`
+    (`python -m weakspots.benchmarks.xla_rank7_reduce` checks the installed jaxlib).
+    """
+    leading = jax.tree.leaves(worlds)[0].shape[:2]
+    states = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), worlds)
 
     def per_run(params):
         model = merge(config.decoder, params)
@@ -266,7 +276,7 @@ def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts
 
         return jax.lax.map(chunk, (starts, index)).reshape(-1)
 
-    return jax.vmap(jax.vmap(per_run))(worlds)
+    return jax.vmap(per_run)(states).reshape(*leading, -1)
 
 
 @partial(jit, static_argnums=(0, 1))

@@ -33,7 +33,8 @@ from weakspots.sims.experiments.experiment import Budget, Experiment, Row, Table
 from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights, design_reports
 
 TOY_DESIGNS = (
-    "mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd", "mean_s4_p8", "mean_s8_p8"
+    "mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd", "mean_s4_p8", "mean_s8_p8",
+    "dsv4_s8",
 )  # fmt: skip
 STRIDE_PAIRS = (
     ("mean_s4", "mean_s8"),

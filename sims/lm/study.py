@@ -15,7 +15,6 @@ minutes each on two CPU cores; `full` retrains every design and measures it agai
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import pathlib
@@ -23,12 +22,20 @@ import pathlib
 import jax
 import numpy as np
 
+from weakspots import theory
 from weakspots.idealized import metrics
+from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import delta_max_noise_floor
-from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
+from weakspots.sims.lm.evaluate import delta_max_noise_floor, grouped
+from weakspots.sims.lm.interventions import (
+    ablate_lm,
+    evaluation_rows,
+    offset_ensemble,
+    world_outcomes,
+)
+from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
 
 RECORDED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lm_runs"
@@ -71,7 +78,7 @@ def report(
     `params`: parameter states stacked over the seeds' runs of `config`.
     """
     out = ablate_lm(config, params, patch=patch, progress=progress)
-    out["config"] = dataclasses.asdict(config)
+    out["config"] = config.asdict()
     out["margins"] = mechanism.attention_margins(config, params)
     found = mechanism.evidence(config, out)
     out["evidence"] = found
@@ -112,7 +119,7 @@ def recorded(name: str) -> dict:
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
-    expected = dataclasses.asdict(config(name, "full"))
+    expected = config(name, "full").asdict()
     if out["config"] != expected:
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
@@ -130,7 +137,7 @@ def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
     params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
     intact = measure(name, size) if size == "tiny" else None
     out = {
-        "config": dataclasses.asdict(base),
+        "config": base.asdict(),
         "seeds": list(range(seeds)),
         "ensembles": {str(k): offset_ensemble(base, params, k) for k in ensembles},
     }
@@ -143,7 +150,88 @@ def recorded_mitigations(name: str) -> dict:
     """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
-    if out["config"] != dataclasses.asdict(config(name, "full")):
+    if out["config"] != config(name, "full").asdict():
+        raise ValueError(f"{path} records another config")
+    return out
+
+
+TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
+    "mean_s8_stagger": ("mean_s8", dict(stagger=True)),
+    "softmax_s8_stagger": ("softmax_s8", dict(stagger=True)),
+    "softmax_s8_entropy": ("softmax_s8", dict(phase_entropy=0.1)),
+    "softmax_s8_entropy1": ("softmax_s8", dict(phase_entropy=1.0)),
+    "dsv4_s8_overlap": ("dsv4_s8", dict(overlap=True)),
+}
+"""Trained mitigation -> (its base design in `DESIGNS`, the `LMConfig` fields it changes)."""
+
+
+def _phase_accuracy(config: LMConfig, params) -> dict:
+    """Per-phase accuracy of stacked runs by the protocol of `report`'s `phase_accuracy`
+    (far facts, outcomes pooled over runs, 95% Wilson intervals)."""
+    config = config.static
+    rows = evaluation_rows(config)
+    clean = world_outcomes(config, params, [None], rows)[0]
+    phase = np.where(rows.far, rows.value_start % config.stride, -1)
+    runs, counted = clean.shape[0], np.tile(phase >= 0, clean.shape[0])
+    labels = np.tile(np.where(phase >= 0, phase, 0), runs)
+    found = grouped(clean.reshape(-1)[counted], labels[counted], config.stride)
+    acc, samples = found["accuracy"], found["samples"]
+    pooled = float((acc * samples).sum() / max(samples.sum(), 1))
+    return {
+        "phase_accuracy": acc.tolist(),
+        "phase_accuracy_ci": found["ci"].tolist(),
+        "samples": samples.tolist(),
+        "mean_accuracy": pooled,
+        "delta_max": float(np.ptp(acc)),
+        "delta_max_noise_floor": delta_max_noise_floor(pooled, samples),
+    }
+
+
+def _design_runs(config: LMConfig, size: str) -> dict:
+    """Trained (or cached) runs of `config` over the study's seeds, measured (phase accuracy,
+    pooling weights, parameters, FLOPs per training step, training wall seconds per run)."""
+    seeds = 1 if size == "tiny" else SEEDS
+    runs = trained([config.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    weights = [
+        [None if w is None else np.asarray(w).tolist() for w in r.model.pooling_weights()]
+        for r in runs
+    ]  # (R, layers, H, s), None for layers without weights
+    out = _phase_accuracy(config, params)
+    out.update(
+        seeds=list(range(seeds)),
+        pooling_weights=weights,
+        parameters=count_params(runs[0].params),
+        flops_per_step=model_flops_per_step(config),
+        wall_seconds=float(np.mean([r.wall_seconds for r in runs])),
+        chunking_cost=theory.chunking_cost(
+            config.stride, config.heads, overlap=config.overlap, stagger=config.stagger
+        ),
+    )
+    return out
+
+
+def trained_mitigation(name: str, size: str) -> dict:
+    """Mitigation `name` of `TRAINED_MITIGATIONS`: its base design and the mitigated variant,
+    each trained over the study's seeds and measured by `_design_runs`."""
+    design, changes = TRAINED_MITIGATIONS[name]
+    base = config(design, size)
+    return {
+        "design": design,
+        "changes": changes,
+        "config": base.replace(**changes).asdict(),
+        "base": _design_runs(base, size),
+        "mitigated": _design_runs(base.replace(**changes), size),
+    }
+
+
+def recorded_trained_mitigation(name: str) -> dict:
+    """`trained_mitigation(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`,
+    checked against today's config of it."""
+    design, changes = TRAINED_MITIGATIONS[name]
+    path = RECORDED / f"mitigations_{name}.json"
+    out = json.loads(path.read_text())
+    if out["config"] != config(design, "full").replace(**changes).asdict():
         raise ValueError(f"{path} records another config")
     return out
 
@@ -159,6 +247,11 @@ if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.l
     import sys
 
     for design in sys.argv[1:]:
+        if design in TRAINED_MITIGATIONS:  # a trained variant and its base design
+            found = trained_mitigation(design, "full")
+            (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
+            print(design, {k: found[k]["delta_max"] for k in ("base", "mitigated")}, flush=True)
+            continue
         found = mitigations(design, "full")
         (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
         print(design, {k: v["accuracy"] for k, v in found["ensembles"].items()})

@@ -28,13 +28,8 @@ from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import delta_max_noise_floor, grouped
-from weakspots.sims.lm.interventions import (
-    ablate_lm,
-    evaluation_rows,
-    offset_ensemble,
-    world_outcomes,
-)
+from weakspots.sims.lm.evaluate import delta_max_noise_floor, phase_summary
+from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
 
@@ -165,21 +160,16 @@ TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
 """Trained mitigation -> (its base design in `DESIGNS`, the `LMConfig` fields it changes)."""
 
 
-def _phase_accuracy(config: LMConfig, params) -> dict:
-    """Per-phase accuracy of stacked runs by the protocol of `report`'s `phase_accuracy`
-    (far facts, outcomes pooled over runs, 95% Wilson intervals)."""
-    config = config.static
-    rows = evaluation_rows(config)
-    clean = world_outcomes(config, params, [None], rows)[0]
-    phase = np.where(rows.far, rows.value_start % config.stride, -1)
-    runs, counted = clean.shape[0], np.tile(phase >= 0, clean.shape[0])
-    labels = np.tile(np.where(phase >= 0, phase, 0), runs)
-    found = grouped(clean.reshape(-1)[counted], labels[counted], config.stride)
-    acc, samples = found["accuracy"], found["samples"]
+def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
+    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, pooled):
+    `evaluate.phase_summary`, the protocol of `report`'s `phase_accuracy` (far facts, 95%
+    Wilson intervals), with `delta_max` and its 95% noise floor."""
+    found = phase_summary(config, outcomes)
+    acc, samples = np.asarray(found["phase_accuracy"]), np.asarray(found["phase_samples"])
     pooled = float((acc * samples).sum() / max(samples.sum(), 1))
     return {
         "phase_accuracy": acc.tolist(),
-        "phase_accuracy_ci": found["ci"].tolist(),
+        "phase_accuracy_ci": found["phase_accuracy_ci"],
         "samples": samples.tolist(),
         "mean_accuracy": pooled,
         "delta_max": float(np.ptp(acc)),
@@ -192,12 +182,11 @@ def _design_runs(config: LMConfig, size: str) -> dict:
     pooling weights, parameters, FLOPs per training step, training wall seconds per run)."""
     seeds = 1 if size == "tiny" else SEEDS
     runs = trained([config.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
-    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
     weights = [
         [None if w is None else np.asarray(w).tolist() for w in r.model.pooling_weights()]
         for r in runs
     ]  # (R, layers, H, s), None for layers without weights
-    out = _phase_accuracy(config, params)
+    out = _phase_accuracy(config, np.stack([r.outcomes for r in runs]))
     out.update(
         seeds=list(range(seeds)),
         pooling_weights=weights,

@@ -109,13 +109,22 @@ def measure(name: str, size: str) -> dict:
     return out
 
 
+def _same_config(recorded: dict, expected: LMConfig) -> bool:
+    """Whether a recording's config is `expected` (fields at their defaults may be absent:
+    `LMConfig.asdict`)."""
+    try:
+        return LMConfig(**recorded).asdict() == expected.asdict()
+    except (TypeError, ValueError):
+        return False
+
+
 def recorded(name: str) -> dict:
     """The report of design `name` recorded in `docs/lm_runs/ablate_<name>.json`, checked
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
     expected = config(name, "full").asdict()
-    if out["config"] != expected:
+    if not _same_config(out["config"], config(name, "full")):
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
     found = mechanism.evidence(config(name, "full"), out)  # judged by today's rules
@@ -145,7 +154,7 @@ def recorded_mitigations(name: str) -> dict:
     """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
-    if out["config"] != config(name, "full").asdict():
+    if not _same_config(out["config"], config(name, "full")):
         raise ValueError(f"{path} records another config")
     return out
 
@@ -220,7 +229,7 @@ def recorded_trained_mitigation(name: str) -> dict:
     design, changes = TRAINED_MITIGATIONS[name]
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
-    if out["config"] != config(design, "full").replace(**changes).asdict():
+    if not _same_config(out["config"], config(design, "full").replace(**changes)):
         raise ValueError(f"{path} records another config")
     return out
 

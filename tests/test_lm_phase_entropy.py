@@ -48,12 +48,10 @@ def test_the_term_alone_pushes_pooling_toward_uniform():
     u = 2.0 * np.random.default_rng(1).standard_normal((TINY.heads, TINY.stride))
     params = params_with_logits(config, u)
     batch = sample_batch(jax.random.key(0), config.task, config.batch)
-    term = lambda p: (
-        lm_train.training_loss(config, p, batch)
-        - lm_train.sequence_loss(  # noqa: E731
-            config, p, batch
-        )
-    )
+
+    def term(p):  # the regulariser alone: the objective less the sequence loss
+        return lm_train.training_loss(config, p, batch) - lm_train.sequence_loss(config, p, batch)
+
     before = float(lm_train.pooling_entropy(config, params))
     descend = jax.jit(lambda p: jax.tree.map(lambda x, g: x - 0.5 * g, p, jax.grad(term)(p)))
     for _ in range(20):

@@ -21,6 +21,7 @@ def _measured(delta_max, floor=0.02, weights=None):
         "wall_seconds": 10.0,
         "chunking_cost": {"compress_compute": 1.0},
         "seeds": [0, 1],
+        "per_seed": {"delta_max": [delta_max] * 2, "mean_accuracy": [0.9] * 2},
         "pooling_weights": [[None, weights]],
     }
 

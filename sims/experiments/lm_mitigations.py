@@ -104,6 +104,13 @@ def _cost(found: dict) -> str:
     )
 
 
+def _per_seed(measured: dict) -> str:
+    """Each seed's delta_max and mean accuracy, e.g. `0.082/0.888, 0.048/0.980`."""
+    seeds = measured["per_seed"]
+    pairs = zip(seeds["delta_max"], seeds["mean_accuracy"], strict=True)
+    return ", ".join(f"{d:.3f}/{m:.3f}" for d, m in pairs)
+
+
 def trained_rows(results: dict, predictions: dict) -> list[Row]:
     """One finding per trained mitigation: its `delta_max` against the toy's."""
     out = []
@@ -121,8 +128,8 @@ def trained_rows(results: dict, predictions: dict) -> list[Row]:
                 f"{found['design']}: {c['operator']} s={c['stride']} T={c['seq_len']}, seeds "
                 f"{mitigated['seeds']}; delta_max {base['delta_max']:.3f} [floor "
                 f"{base['delta_max_noise_floor']:.3f}] -> {mitigated['delta_max']:.3f} [floor "
-                f"{mitigated['delta_max_noise_floor']:.3f}]; {_cost(found)}; tolerance: 95% "
-                "noise floor",
+                f"{mitigated['delta_max_noise_floor']:.3f}] (per seed {_per_seed(base)} -> "
+                f"{_per_seed(mitigated)}); {_cost(found)}; tolerance: 95% noise floor",
                 kind=toy["kind"],
                 finding=True,  # does the toy carry over? an answer, not a check
                 predicted=toy["delta_max"],

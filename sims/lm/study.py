@@ -187,8 +187,10 @@ def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
 
 
 def _design_runs(config: LMConfig, size: str) -> dict:
-    """Trained (or cached) runs of `config` over the study's seeds, measured (phase accuracy,
-    pooling weights, parameters, FLOPs per training step, training wall seconds per run)."""
+    """Trained (or cached) runs of `config` over the study's seeds, measured: phase accuracy
+    pooled over the runs (`_phase_accuracy`) and `per_seed` (mean accuracy, `delta_max`, its
+    floor), each run's last held-out accuracy, pooling weights, parameters, FLOPs per
+    training step, training wall seconds per run."""
     seeds = 1 if size == "tiny" else SEEDS
     runs = trained([config.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
     weights = [
@@ -196,7 +198,13 @@ def _design_runs(config: LMConfig, size: str) -> dict:
         for r in runs
     ]  # (R, layers, H, s), None for layers without weights
     out = _phase_accuracy(config, np.stack([r.outcomes for r in runs]))
+    per_seed = [_phase_accuracy(config, r.outcomes[None]) for r in runs]
     out.update(
+        per_seed={
+            k: [p[k] for p in per_seed]
+            for k in ("mean_accuracy", "delta_max", "delta_max_noise_floor")
+        },
+        final_eval_accuracy=[float(r.history.eval_accuracy[-1]) for r in runs],
         seeds=list(range(seeds)),
         pooling_weights=weights,
         parameters=count_params(runs[0].params),

@@ -9,6 +9,13 @@ softmax runs over both. RoPE rotates queries and local keys to their own positio
 each compressed key to its window's first position, `w * s`. The compressor `NoPool`
 keeps every token, which makes the layer standard causal attention (the dense control).
 
+Staggered windows (`stagger_offsets`, as the toy's `stagger`): head h's windows start at
+`o_h + w s`, `o_h = h s // H`. The first `o_h` tokens make no entry of head h (they stay
+readable through the local branch, as a last partial window is), so head h has `C - 1`
+complete windows when `o_h > 0`; its entry slot `C - 1` is padding no query sees. Entry
+`w` of head h is visible from `t` when its last token is, `o_h + (w + 1) s - 1 <= t`, and
+its key is rotated to its window's first position `o_h + w s`.
+
 Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s entries.
 
 Everything a study may want to change is an attribute: `compressor` (replace it),
@@ -225,6 +232,50 @@ def compressed_visibility(length: int, stride: int) -> Float[Array, "T C"]:
     return w < (t + 1) // stride
 
 
+def stagger_offsets(stride: int, heads: int) -> tuple[int, ...]:
+    """Head h's window offset `h s // H` (as `theory.stagger_offsets` and the toy's `stagger`)."""
+    return tuple(h * stride // heads for h in range(heads))
+
+
+def staggered_visibility(length: int, stride: int, offsets) -> Float[Array, "H T C"]:
+    """`mask[h, t, w] = o_h + (w + 1) s - 1 <= t`: head h's entry w once its window is complete.
+
+    With every offset 0 each head's mask is `compressed_visibility(length, stride)`.
+    """
+    t = jnp.arange(length, dtype=jnp.int32)[None, :, None]
+    w = jnp.arange(length // stride, dtype=jnp.int32)[None, None, :]
+    last = jnp.asarray(offsets, jnp.int32)[:, None, None] + (w + 1) * stride - 1
+    return last <= t
+
+
+def shift_heads(y: Heads, offsets) -> Heads:
+    """Head h's tokens moved `o_h` positions earlier, zeros after the end: `y'[:, t, h] = y[:, t + o_h, h]`."""
+    shifted = [
+        jnp.pad(y[:, o:, h], ((0, 0), (0, o), (0, 0))) if o else y[:, :, h]
+        for h, o in enumerate(offsets)
+    ]
+    return jnp.stack(shifted, axis=2)
+
+
+def staggered_entries(
+    compressor: AbstractCompressor, x: Tokens, keys: Heads, values: Heads, offsets
+) -> tuple[Entries, Entries]:
+    """The compressor applied to head h's windows `[o_h + w s, o_h + (w + 1) s)`, `(B, C, H, hd)`.
+
+    Entries of windows that run past the sequence are computed from zero padding; no query
+    sees them (`staggered_visibility`). Operators that pool the layer input (deepseek_v4)
+    are not staggered.
+    """
+    return compressor(x, shift_heads(keys, offsets), shift_heads(values, offsets))
+
+
+def rotate_staggered(entries: Entries, stride: int, offsets, rope_dim: int) -> Entries:
+    """RoPE on head h's entry w at its window's first position `o_h + w s`."""
+    starts = jnp.arange(entries.shape[1], dtype=jnp.float32) * stride
+    heads = [rotate(entries[:, :, h : h + 1], starts + o, rope_dim) for h, o in enumerate(offsets)]
+    return jnp.concatenate(heads, axis=2)
+
+
 def local_visibility(length: int, window: int) -> Float[Array, "T T"]:
     """`mask[t, u] = 0 <= t - u < window`: the last `window` tokens, the query's own included."""
     t = jnp.arange(length, dtype=jnp.int32)[:, None]
@@ -308,6 +359,7 @@ class Attention(nnx.Module):
         compressor: the compressed branch (`None`: no compressed branch; `NoPool()`: dense).
         local_window: the uncompressed branch sees the last `local_window` tokens (0: none).
         rope_dim: RoPE channels per head.
+        stagger: head h's compressed windows start `h s // H` tokens later (module docstring).
 
     Call: `x (B, T, D) -> (B, T, D)`; `T` a multiple of the compressor's stride.
     """
@@ -320,6 +372,7 @@ class Attention(nnx.Module):
         compressor: AbstractCompressor | None,
         local_window: int,
         rope_dim: int,
+        stagger: bool = False,
         rngs: nnx.Rngs,
     ):
         if compressor is None and local_window == 0:
@@ -332,6 +385,8 @@ class Attention(nnx.Module):
         self.local_window = local_window
         self.use_compressed = compressor is not None
         self.rope_compressed = True
+        stride = compressor.stride if compressor is not None else 1
+        self.offsets = stagger_offsets(stride, heads) if stagger else None
 
     def _heads(self, y: Tokens) -> Heads:
         return y.reshape(*y.shape[:2], self.heads, self.head_dim)
@@ -345,21 +400,32 @@ class Attention(nnx.Module):
         scale = 1.0 / jnp.sqrt(jnp.float32(self.head_dim))
         if self.use_compressed:
             stride = self.compressor.stride
-            ck, cv = self.compressor(x, k, v)
+            if self.offsets is None:
+                ck, cv = self.compressor(x, k, v)
+            else:
+                ck, cv = staggered_entries(self.compressor, x, k, v, self.offsets)
             if record:
                 self.sow(nnx.Intermediate, "compressed_keys", ck)
                 self.sow(nnx.Intermediate, "compressed_values", cv)
-            if self.rope_compressed:
+            if self.rope_compressed and self.offsets is not None:
+                ck = rotate_staggered(ck, stride, self.offsets, self.rope_dim)
+            elif self.rope_compressed:
                 starts = jnp.arange(length // stride, dtype=jnp.float32) * stride
                 ck = rotate(ck, starts, self.rope_dim)
             scores.append(jnp.einsum("bthd,bchd->bhtc", q, ck) * scale)
-            masks.append(compressed_visibility(length, stride))
+            if self.offsets is None:
+                masks.append(compressed_visibility(length, stride))
+            else:
+                masks.append(staggered_visibility(length, stride, self.offsets))
             values.append(cv)
         if self.local_window:
             local_scores, local_mask, local_values = self._local_branch(q, k, v, positions)
             scores.append(local_scores * scale)
             masks.append(local_mask)
-        mask = jnp.concatenate(masks, axis=-1)[None, None]
+        if any(m.ndim == 3 for m in masks):  # per-head masks (staggered windows)
+            masks = [jnp.broadcast_to(m, (self.heads, *m.shape[-2:])) for m in masks]
+        mask = jnp.concatenate(masks, axis=-1)
+        mask = mask[None] if mask.ndim == 3 else mask[None, None]
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)

@@ -32,7 +32,7 @@ class MLP(nnx.Module):
 def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Attention:
     """The attention of one layer of `kind` (`dense`, `sliding`, `compressed`)."""
     d, h = config.d_model, config.heads
-    local, compressor = 0, None
+    local, compressor, stagger = 0, None, False
     if kind == "dense":
         compressor = make_compressor(
             "none", stride=1, heads=h, d_model=d, head_dim=d // h, rngs=rngs
@@ -51,8 +51,15 @@ def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Atten
             rngs=rngs,
         )
         local = 0 if config.operator == "none" else config.local_window
+        stagger = config.stagger
     return Attention(
-        d, h, compressor=compressor, local_window=local, rope_dim=config.rope_dim, rngs=rngs
+        d,
+        h,
+        compressor=compressor,
+        local_window=local,
+        rope_dim=config.rope_dim,
+        stagger=stagger,
+        rngs=rngs,
     )
 
 

@@ -22,8 +22,13 @@ from .config import (
 
 LM_OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "low_rank", "deepseek_v4", "none")
 """Compression operators of a compressed layer; `none` keeps every token (the dense control)."""
+DISTRIBUTION_OPERATORS = ("softmax_pool", "low_rank", "deepseek_v4")
+"""Operators whose learned pooling weights form a distribution over phases (`phase_entropy`)."""
 LAYER_KINDS = ("dense", "sliding", "compressed")
 LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
+LM_MITIGATION_FIELDS = ("stagger", "phase_entropy")
+"""Fields left out of `LMConfig.asdict` at their defaults (off): the records and cached
+decoders of configs without them keep their content and hashes."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,8 @@ class DecoderConfig:
     uncompressed (0: none). `rope_dim` trailing channels of each head carry RoPE
     (compressed entries at their window's first position); `mlp` is the MLP's hidden
     width in multiples of `d_model` (0: no MLP); `rank` the rank of `low_rank`.
+    `stagger` shifts head h's window boundaries by `h * stride // heads` tokens in every
+    compressed layer (as the toy's `ModelConfig.stagger`; `idealized.attention`).
     """
 
     vocab: int
@@ -51,6 +58,7 @@ class DecoderConfig:
     local_window: int = 0
     rope_dim: int = 16
     rank: int = 4
+    stagger: bool = False
 
     def __post_init__(self):
         _int_at_least("vocab", self.vocab, 2)
@@ -79,6 +87,23 @@ class DecoderConfig:
                 f"must be even and <= the head dimension ({self.head_dim}), got {self.rope_dim}",
             )
         _int_at_least("rank", self.rank, 1)
+        _boolean("stagger", self.stagger)
+        if self.stagger:
+            if self.heads < 2:
+                raise ConfigError(
+                    "stagger",
+                    "shifts head h's window boundaries by h*s//H tokens: needs --heads >= 2",
+                )
+            if self.stride < 2:
+                raise ConfigError(
+                    "stagger", "needs --stride >= 2: with one token per window there is no phase"
+                )
+            if self.operator in ("none", "deepseek_v4"):
+                raise ConfigError(
+                    "stagger",
+                    f"applies to the per-head operators, not {self.operator} "
+                    + ("(no windows)" if self.operator == "none" else "(one entry for all heads)"),
+                )
 
     @property
     def head_dim(self) -> int:
@@ -158,6 +183,12 @@ class LMConfig:
     sequences per step. Evaluation: every `eval_every` steps the loss and accuracy on
     `eval_batch` held-out sequences; at the end the per-phase protocol, `eval_samples`
     sequences for every position the queried value can take (`sims.lm.evaluate`).
+
+    Mitigations (off by default): `stagger` (see `DecoderConfig`); `overlap` (windows of
+    `2 stride` tokens, `deepseek_v4` only); `phase_entropy` adds
+    `-phase_entropy * mean entropy(pooling weights)` over the compressed layers and heads
+    to the training loss (as the toy's `phase_entropy`; operators whose pooling weights
+    are a distribution over phases: `DISTRIBUTION_OPERATORS`).
     """
 
     seq_len: int = RecallTask.seq_len
@@ -179,6 +210,8 @@ class LMConfig:
     local_window: int = DecoderConfig.local_window
     rope_dim: int = DecoderConfig.rope_dim
     rank: int = DecoderConfig.rank
+    stagger: bool = DecoderConfig.stagger
+    phase_entropy: float = 0.0
     steps: int = 2000
     batch: int = 32
     eval_every: int = 100
@@ -216,6 +249,19 @@ class LMConfig:
         _int_at_least("warmup", self.warmup, 0)
         _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
+        _nonnegative_finite("phase_entropy", self.phase_entropy)
+        if self.phase_entropy > 0 and self.operator not in DISTRIBUTION_OPERATORS:
+            raise ConfigError(
+                "phase_entropy",
+                f"needs learned pooling weights that form a distribution over phases "
+                f"({', '.join(DISTRIBUTION_OPERATORS)}), not {self.operator}",
+            )
+        if self.phase_entropy > 0 and not self.compressed:
+            raise ConfigError("phase_entropy", "needs a compressed layer (--layout, --layers)")
+        if self.phase_entropy > 0 and self.stride < 2:
+            raise ConfigError(
+                "phase_entropy", "needs --stride >= 2: with one token per window there is no phase"
+            )
 
     @property
     def layer_kinds(self) -> tuple[str, ...]:
@@ -256,3 +302,14 @@ class LMConfig:
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)
+
+    def asdict(self) -> dict:
+        """The fields as a dict, `LM_MITIGATION_FIELDS` left out where at their defaults."""
+        out = dataclasses.asdict(self)
+        for name in LM_MITIGATION_FIELDS:
+            if out[name] == _DEFAULTS[name]:
+                del out[name]
+        return out
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(LMConfig)}

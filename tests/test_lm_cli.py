@@ -25,6 +25,10 @@ TINY = (
         (["--lr", "0"], "--lr"),
         (["--seeds", "0"], "--seeds"),
         (["--heads", "3"], "--heads"),
+        (["--stagger", "--heads", "1"], "--stagger"),
+        (["--stagger", "--operator", "deepseek_v4"], "--stagger"),
+        (["--phase-entropy", "0.1"], "--phase-entropy"),  # mean_pool: fixed weights
+        (["--phase-entropy", "-1", "--operator", "softmax_pool"], "--phase-entropy"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(flags, flag, capsys):

@@ -28,6 +28,9 @@ HELP = {
     "stride": "tokens per compressed entry s (also the period phases are counted in)",
     "operator": f"one of {', '.join(LM_OPERATORS)} (none: dense control)",
     "overlap": "deepseek_v4: windows of 2s tokens with stride s, as CSA",
+    "stagger": "shift head h's compressed windows by h*s//H tokens (needs --heads >= 2)",
+    "phase_entropy": "add -W x mean entropy of the pooling weights to the loss "
+    "(softmax_pool, low_rank, deepseek_v4)",
     "window": "tokens a sliding layer sees",
     "local_window": "uncompressed recent tokens a compressed layer also sees (0: none)",
     "rope_dim": "RoPE channels per head",
@@ -94,6 +97,7 @@ def add_lm_flags(parser: argparse.ArgumentParser) -> None:
             "stride",
             "operator",
             "overlap",
+            "stagger",
             "window",
             "local_window",
             "rope_dim",

@@ -13,7 +13,6 @@ read is ignored (and retrained), so a damaged cache costs time, never a wrong re
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
@@ -40,7 +39,7 @@ def cache_directory() -> pathlib.Path:
 
 
 def _path(directory: pathlib.Path, config: LMConfig) -> pathlib.Path:
-    return directory / f"{config_hash(dataclasses.asdict(config))}.npz"
+    return directory / f"{config_hash(config.asdict())}.npz"
 
 
 def _flat(params: nnx.State) -> dict[str, np.ndarray]:
@@ -61,7 +60,7 @@ def save(directory: pathlib.Path, result: LMResult) -> pathlib.Path:
     arrays["step_loss"] = np.asarray(result.step_loss)
     arrays["outcomes"] = np.asarray(result.outcomes)
     meta = {
-        "config": dataclasses.asdict(result.config),
+        "config": result.config.asdict(),
         "wall_seconds": result.wall_seconds,
         "tokens_per_second": result.tokens_per_second,
     }
@@ -80,7 +79,7 @@ def load(directory: pathlib.Path, config: LMConfig) -> LMResult | None:
     try:
         with np.load(path) as data:
             meta = json.loads(bytes(data["meta"]).decode())
-            if meta["config"] != json.loads(json.dumps(dataclasses.asdict(config))):
+            if meta["config"] != json.loads(json.dumps(config.asdict())):
                 return None
             template = _template(config)
             paths = jax.tree_util.tree_flatten_with_path(template)[0]

@@ -15,7 +15,6 @@ minutes each on two CPU cores; `full` retrains every design and measures it agai
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import pathlib
@@ -23,12 +22,15 @@ import pathlib
 import jax
 import numpy as np
 
+from weakspots import theory
 from weakspots.idealized import metrics
+from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import delta_max_noise_floor
+from weakspots.sims.lm.evaluate import delta_max_noise_floor, phase_summary
 from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
+from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
 
 RECORDED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lm_runs"
@@ -80,7 +82,7 @@ def report(
     `params`: parameter states stacked over the seeds' runs of `config`.
     """
     out = ablate_lm(config, params, patch=patch, progress=progress)
-    out["config"] = dataclasses.asdict(config)
+    out["config"] = config.asdict()
     out["margins"] = mechanism.attention_margins(config, params)
     found = mechanism.evidence(config, out)
     out["evidence"] = found
@@ -116,13 +118,22 @@ def measure(name: str, size: str) -> dict:
     return out
 
 
+def _same_config(recorded: dict, expected: LMConfig) -> bool:
+    """Whether a recording's config is `expected` (fields at their defaults may be absent:
+    `LMConfig.asdict`)."""
+    try:
+        return LMConfig(**recorded).asdict() == expected.asdict()
+    except (TypeError, ValueError):
+        return False
+
+
 def recorded(name: str) -> dict:
     """The report of design `name` recorded in `docs/lm_runs/ablate_<name>.json`, checked
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
-    expected = dataclasses.asdict(config(name, "full"))
-    if out["config"] != expected:
+    expected = config(name, "full").asdict()
+    if not _same_config(out["config"], config(name, "full")):
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
     found = mechanism.evidence(config(name, "full"), out)  # judged by today's rules
@@ -139,7 +150,7 @@ def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
     params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
     intact = measure(name, size) if size == "tiny" else None
     out = {
-        "config": dataclasses.asdict(base),
+        "config": base.asdict(),
         "seeds": list(range(seeds)),
         "ensembles": {str(k): offset_ensemble(base, params, k) for k in ensembles},
     }
@@ -152,7 +163,90 @@ def recorded_mitigations(name: str) -> dict:
     """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
-    if out["config"] != dataclasses.asdict(config(name, "full")):
+    if not _same_config(out["config"], config(name, "full")):
+        raise ValueError(f"{path} records another config")
+    return out
+
+
+TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
+    "mean_s8_stagger": ("mean_s8", dict(stagger=True)),
+    "softmax_s8_stagger": ("softmax_s8", dict(stagger=True)),
+    "softmax_s8_entropy": ("softmax_s8", dict(phase_entropy=0.1)),
+    "softmax_s8_entropy1": ("softmax_s8", dict(phase_entropy=1.0)),
+    "dsv4_s8_overlap": ("dsv4_s8", dict(overlap=True)),
+}
+"""Trained mitigation -> (its base design in `DESIGNS`, the `LMConfig` fields it changes)."""
+
+
+def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
+    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, pooled):
+    `evaluate.phase_summary`, the protocol of `report`'s `phase_accuracy` (far facts, 95%
+    Wilson intervals), with `delta_max` and its 95% noise floor."""
+    found = phase_summary(config, outcomes)
+    acc, samples = np.asarray(found["phase_accuracy"]), np.asarray(found["phase_samples"])
+    pooled = float((acc * samples).sum() / max(samples.sum(), 1))
+    return {
+        "phase_accuracy": acc.tolist(),
+        "phase_accuracy_ci": found["phase_accuracy_ci"],
+        "samples": samples.tolist(),
+        "mean_accuracy": pooled,
+        "delta_max": float(np.ptp(acc)),
+        "delta_max_noise_floor": delta_max_noise_floor(pooled, samples),
+    }
+
+
+def _design_runs(config: LMConfig, size: str) -> dict:
+    """Trained (or cached) runs of `config` over the study's seeds, measured: phase accuracy
+    pooled over the runs (`_phase_accuracy`) and `per_seed` (mean accuracy, `delta_max`, its
+    floor), each run's last held-out accuracy, pooling weights, parameters, FLOPs per
+    training step, training wall seconds per run."""
+    seeds = 1 if size == "tiny" else SEEDS
+    runs = trained([config.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    weights = [
+        [None if w is None else np.asarray(w).tolist() for w in r.model.pooling_weights()]
+        for r in runs
+    ]  # (R, layers, H, s), None for layers without weights
+    out = _phase_accuracy(config, np.stack([r.outcomes for r in runs]))
+    per_seed = [_phase_accuracy(config, r.outcomes[None]) for r in runs]
+    out.update(
+        per_seed={
+            k: [p[k] for p in per_seed]
+            for k in ("mean_accuracy", "delta_max", "delta_max_noise_floor")
+        },
+        final_eval_accuracy=[float(r.history.eval_accuracy[-1]) for r in runs],
+        seeds=list(range(seeds)),
+        pooling_weights=weights,
+        parameters=count_params(runs[0].params),
+        flops_per_step=model_flops_per_step(config),
+        wall_seconds=float(np.mean([r.wall_seconds for r in runs])),
+        chunking_cost=theory.chunking_cost(
+            config.stride, config.heads, overlap=config.overlap, stagger=config.stagger
+        ),
+    )
+    return out
+
+
+def trained_mitigation(name: str, size: str) -> dict:
+    """Mitigation `name` of `TRAINED_MITIGATIONS`: its base design and the mitigated variant,
+    each trained over the study's seeds and measured by `_design_runs`."""
+    design, changes = TRAINED_MITIGATIONS[name]
+    base = config(design, size)
+    return {
+        "design": design,
+        "changes": changes,
+        "config": base.replace(**changes).asdict(),
+        "base": _design_runs(base, size),
+        "mitigated": _design_runs(base.replace(**changes), size),
+    }
+
+
+def recorded_trained_mitigation(name: str) -> dict:
+    """`trained_mitigation(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`,
+    checked against today's config of it."""
+    design, changes = TRAINED_MITIGATIONS[name]
+    path = RECORDED / f"mitigations_{name}.json"
+    out = json.loads(path.read_text())
+    if not _same_config(out["config"], config(design, "full").replace(**changes)):
         raise ValueError(f"{path} records another config")
     return out
 
@@ -168,6 +262,11 @@ if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.l
     import sys
 
     for design in sys.argv[1:]:
+        if design in TRAINED_MITIGATIONS:  # a trained variant and its base design
+            found = trained_mitigation(design, "full")
+            (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
+            print(design, {k: found[k]["delta_max"] for k in ("base", "mitigated")}, flush=True)
+            continue
         found = mitigations(design, "full")
         (RECORDED / f"mitigations_{design}.json").write_text(json.dumps(found))
         print(design, {k: v["accuracy"] for k, v in found["ensembles"].items()})

@@ -145,11 +145,35 @@ def sequence_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Ar
     return _loss(config, query_logits(config, params, batch.tokens), batch)
 
 
+def pooling_entropy(config: LMConfig, params: nnx.State) -> Array:
+    """Mean over compressed layers and heads of the entropy (nats) of the pooling weights.
+
+    Each head's weights (`Decoder.pooling_weights`, `(H, s)`) are normalised to sum to one
+    first (deepseek_v4 with overlap returns the own block's share of its window).
+    """
+    weights = [w for w in merge(config.decoder, params).pooling_weights() if w is not None]
+    if not weights:
+        raise ValueError(f"{config.operator} has no pooling weights to regularise")
+    stacked = jnp.stack(weights)  # (layers, H, s)
+    p = stacked / jnp.sum(stacked, axis=-1, keepdims=True)
+    return jnp.mean(-jnp.sum(p * jnp.log(jnp.maximum(p, 1e-30)), axis=-1))
+
+
+def training_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
+    """The objective of a step: `sequence_loss`, minus `phase_entropy` times `pooling_entropy`
+    when `config.phase_entropy > 0` (the toy's phase-entropy regulariser)."""
+    loss = sequence_loss(config, params, batch)
+    if config.phase_entropy > 0:
+        loss = loss - config.phase_entropy * pooling_entropy(config, params)
+    return loss
+
+
 def step(config: LMConfig, state: LMState, hyper: LMHyper) -> tuple[LMState, Array]:
-    """One AdamW step on a fresh batch; steps past `config.steps` leave the state as is."""
+    """One AdamW step on `training_loss` of a fresh batch; steps past `config.steps` leave the
+    state as is."""
     key, k_batch = jax.random.split(state.key)
     batch = sample_batch(k_batch, config.task, config.batch)
-    loss, grads = jax.value_and_grad(partial(sequence_loss, config))(state.params, batch)
+    loss, grads = jax.value_and_grad(partial(training_loss, config))(state.params, batch)
     opt = optimizer(hyper, learning_rate(config, hyper, state.step))
     updates, opt_state = opt.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
@@ -379,10 +403,12 @@ __all__ = [
     "learning_rate",
     "merge",
     "model_flops_per_step",
+    "pooling_entropy",
     "query_logits",
     "run_batch",
     "sequence_loss",
     "step",
     "train",
     "train_many",
+    "training_loss",
 ]

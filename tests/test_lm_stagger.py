@@ -1,0 +1,130 @@
+"""Staggered compressed windows (`idealized.attention`, `stagger`) against a loop reference."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from test_lm_attention import (  # tests/ is on sys.path (rootdir import)
+    ATOL,
+    HD,
+    STRIDE,
+    D,
+    H,
+    T,
+    forward,
+    make_layer,
+    rope_np,
+    tokens,  # noqa: F401 (fixture)
+    window_entry,
+)
+
+from weakspots import theory
+from weakspots.idealized import attention
+from weakspots.idealized.config import ConfigError
+from weakspots.idealized.lm_config import LMConfig
+
+OFFSETS = attention.stagger_offsets(STRIDE, H)  # (0, 2)
+
+
+def staggered_layer(operator, *, local_window=0, offsets=OFFSETS):
+    layer = make_layer(operator, local_window=local_window)
+    layer.offsets = tuple(offsets)
+    return layer
+
+
+def staggered_reference(layer, operator, x, *, offsets, local_window):
+    """The staggered layer query by query: head h's window w is tokens
+    `[o_h + w s, o_h + (w + 1) s)`, seen once its last token is `<= t`, keyed at `o_h + w s`."""
+    x = np.asarray(x, np.float64)
+    kernel = lambda lin: np.asarray(lin.kernel[...], np.float64)  # noqa: E731
+    q = (x @ kernel(layer.query)).reshape(T, H, HD)
+    k = (x @ kernel(layer.key)).reshape(T, H, HD)
+    v = (x @ kernel(layer.value)).reshape(T, H, HD)
+    out = np.zeros((T, H, HD))
+    for h, o in enumerate(offsets):
+        count = (T - o) // STRIDE  # complete windows of head h
+        entries = [
+            window_entry(layer, operator, x[o:], k[o:], v[o:], w, h, STRIDE) for w in range(count)
+        ]
+        for t in range(T):
+            qt = rope_np(q[t, h], t)
+            scores, values = [], []
+            for w in range(count):
+                if o + (w + 1) * STRIDE - 1 <= t:
+                    ck, cv = entries[w]
+                    scores.append(rope_np(ck, o + w * STRIDE) @ qt)
+                    values.append(cv)
+            for u in range(max(0, t - local_window + 1), t + 1) if local_window else ():
+                scores.append(rope_np(k[u, h], u) @ qt)
+                values.append(v[u, h])
+            if not scores:
+                continue
+            s = np.array(scores) / math.sqrt(HD)
+            p = np.exp(s - s.max())
+            out[t, h] = (p / p.sum()) @ np.array(values)
+    return out.reshape(T, D) @ kernel(layer.out)
+
+
+@pytest.mark.parametrize(
+    "operator, local_window",
+    [("mean_pool", 0), ("softmax_pool", 3), ("low_rank", 0), ("max_pool", 0)],
+)
+def test_staggered_layer_matches_loop_reference(operator, local_window, tokens):  # noqa: F811
+    layer = staggered_layer(operator, local_window=local_window)
+    got = np.asarray(forward(layer, tokens))[0]
+    want = staggered_reference(
+        layer, operator, tokens[0], offsets=OFFSETS, local_window=local_window
+    )
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
+
+
+def test_stagger_with_zero_offsets_is_the_plain_layer(tokens):  # noqa: F811
+    plain = make_layer("softmax_pool", local_window=3)
+    zero = staggered_layer("softmax_pool", local_window=3, offsets=(0,) * H)
+    # the same parameters and arithmetic up to the per-head RoPE split: float32 rounding only
+    np.testing.assert_allclose(
+        np.asarray(forward(zero, tokens)), np.asarray(forward(plain, tokens)), atol=1e-6, rtol=0
+    )
+
+
+def test_no_head_sees_an_incomplete_window(tokens):  # noqa: F811
+    """Changing token u changes head h's output only at t = u (its own query) and from the
+    end of head h's window holding u on (never, when u precedes head h's first window)."""
+    layer = staggered_layer("mean_pool")
+    layer.out.kernel[...] = jnp.eye(D, dtype=jnp.float32)  # the output is the heads side by side
+    for u in (1, 5, 9):
+        changed = tokens.at[0, u].add(5.0)
+        diff = np.abs(np.asarray(forward(layer, changed) - forward(layer, tokens)))[0]
+        for h, o in enumerate(OFFSETS):
+            head = diff[:, h * HD : (h + 1) * HD].max(axis=-1)
+            complete = o + ((u - o) // STRIDE + 1) * STRIDE - 1 if u >= o else T
+            complete = T if complete >= T else complete
+            quiet = np.r_[0:u, u + 1 : complete]
+            assert np.all(head[quiet] == 0.0), (u, h)
+            assert np.all(head[complete:] > 1e-4), (u, h)
+
+
+def test_staggered_visibility_and_offsets():
+    np.testing.assert_array_equal(
+        attention.stagger_offsets(8, 4), theory.stagger_offsets(8, 4)
+    )  # one definition of the shift h s // H, in the toy's theory and the decoder
+    mask = np.asarray(attention.staggered_visibility(12, 4, (0, 2)))
+    np.testing.assert_array_equal(mask[0], np.asarray(attention.compressed_visibility(12, 4)))
+    for t in range(12):
+        np.testing.assert_array_equal(mask[1, t], [2 + 4 * (w + 1) - 1 <= t for w in range(3)])
+
+
+@pytest.mark.parametrize(
+    "fields, flag",
+    [
+        (dict(heads=1), "stagger"),
+        (dict(stride=1, seq_len=32), "stagger"),
+        (dict(operator="none"), "stagger"),
+        (dict(operator="deepseek_v4"), "stagger"),
+    ],
+)
+def test_stagger_rejects_what_it_cannot_shift(fields, flag):
+    with pytest.raises(ConfigError) as error:
+        LMConfig(stagger=True, **fields)
+    assert error.value.field == flag

@@ -7,8 +7,7 @@ from weakspots.sims.lm.evaluate import delta_max_noise_floor
 
 CAPTION = (
     "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled, 95% Wilson intervals) of each decoder intact (black) and read under K = 2 and 4 chunkings shifted by k s / K tokens with the log-probabilities averaged (points; K forward passes per sequence); lines: the toy's prediction from the intact accuracy (theory.offset_ensemble_accuracy, the mean over the shifted phases).",
-    "Top right: every mitigation's gap delta_max (points) against its design intact (black bars), with the 95% noise floor of the mitigated evaluation (grey).",
-    "Bottom: decoders trained from scratch with a mitigation (colours) beside their design intact (black), same seeds and evaluation: stagger (head h's windows shifted h s / H tokens), the phase-entropy regulariser at two weights, and DeepSeek-V4's overlapping windows of 2s tokens. Two seeds pooled: a seed that learns recall late pulls a whole curve down (softmax_s8 with stagger; each seed's numbers are in the rows).",
+    "Top right: every mitigation's gap delta_max (points) against its design intact (black bars), with the 95% noise floor of the mitigated evaluation (grey). Bottom: decoders trained from scratch with a mitigation (colours) beside their design intact (black), same seeds and evaluation: stagger (head h's windows shifted h s / H tokens), the phase-entropy regulariser at two weights, and DeepSeek-V4's overlapping windows of 2s tokens. Two seeds pooled: a seed that learns recall late pulls a whole curve down (softmax_s8 with stagger; each seed's numbers are in the rows).",
 )
 TRAINED_LABELS = {
     "stagger": "stagger",

@@ -67,6 +67,18 @@ def _nonnegative_finite(field: str, value) -> None:
         raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
 
 
+def _phase_entropy(value, operator: str, operators: tuple[str, ...]) -> None:
+    """`phase_entropy` is finite, >= 0, and > 0 only for an operator of `operators` (those
+    whose pooling weights form a distribution over phases)."""
+    _nonnegative_finite("phase_entropy", value)
+    if value > 0 and operator not in operators:
+        raise ConfigError(
+            "phase_entropy",
+            f"needs pooling weights that form a distribution over phases "
+            f"({', '.join(operators)}), not {operator}",
+        )
+
+
 def _is_real(value) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -174,13 +186,7 @@ class ModelConfig:
     def _validate_chunking(self) -> None:
         if self.rope_anchor and self.rope_dim == 0:
             raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
-        _nonnegative_finite("phase_entropy", self.phase_entropy)
-        if self.phase_entropy > 0 and self.operator not in DISTRIBUTION_POOLING_OPERATORS:
-            raise ConfigError(
-                "phase_entropy",
-                f"needs pooling weights that form a distribution "
-                f"({', '.join(DISTRIBUTION_POOLING_OPERATORS)}), not {self.operator}",
-            )
+        _phase_entropy(self.phase_entropy, self.operator, DISTRIBUTION_POOLING_OPERATORS)
         _int_at_least("offset_ensemble", self.offset_ensemble, 1)
         if self.offset_ensemble > self.stride:
             raise ConfigError(

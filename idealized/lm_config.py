@@ -17,6 +17,7 @@ from .config import (
     _int_at_least,
     _nonnegative_finite,
     _one_of,
+    _phase_entropy,
     _positive_finite,
 )
 
@@ -249,13 +250,7 @@ class LMConfig:
         _int_at_least("warmup", self.warmup, 0)
         _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
-        _nonnegative_finite("phase_entropy", self.phase_entropy)
-        if self.phase_entropy > 0 and self.operator not in DISTRIBUTION_OPERATORS:
-            raise ConfigError(
-                "phase_entropy",
-                f"needs learned pooling weights that form a distribution over phases "
-                f"({', '.join(DISTRIBUTION_OPERATORS)}), not {self.operator}",
-            )
+        _phase_entropy(self.phase_entropy, self.operator, DISTRIBUTION_OPERATORS)
         if self.phase_entropy > 0 and not self.compressed:
             raise ConfigError("phase_entropy", "needs a compressed layer (--layout, --layers)")
         if self.phase_entropy > 0 and self.stride < 2:

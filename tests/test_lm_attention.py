@@ -97,23 +97,30 @@ def window_entry(layer, operator, x, k, v, w, h, stride):
     raise AssertionError(operator)
 
 
-def reference(layer, operator, x, *, stride, local_window):
-    """The layer written query by query: visible entries and local tokens, one softmax."""
+def reference(layer, operator, x, *, stride, local_window, offsets=None):
+    """The layer written query by query: visible entries and local tokens, one softmax.
+
+    `offsets` (staggered windows, default none): head h's window w is tokens
+    `[o_h + w s, o_h + (w + 1) s)`, seen once its last token is `<= t`, keyed at `o_h + w s`."""
     x = np.asarray(x, np.float64)
     kernel = lambda lin: np.asarray(lin.kernel[...], np.float64)  # noqa: E731
     q = (x @ kernel(layer.query)).reshape(T, H, HD)
     k = (x @ kernel(layer.key)).reshape(T, H, HD)
     v = (x @ kernel(layer.value)).reshape(T, H, HD)
     out = np.zeros((T, H, HD))
-    for h in range(H):
-        entries = [window_entry(layer, operator, x, k, v, w, h, stride) for w in range(T // stride)]
+    for h, o in enumerate(offsets or (0,) * H):
+        count = (T - o) // stride  # complete windows of head h
+        entries = [
+            window_entry(layer, operator, x[o:], k[o:], v[o:], w, h, stride) for w in range(count)
+        ]
         for t in range(T):
             qt = rope_np(q[t, h], t)
             scores, values = [], []
-            for w in range((t + 1) // stride):  # complete windows only
-                ck, cv = entries[w]
-                scores.append(rope_np(ck, w * stride) @ qt)
-                values.append(cv)
+            for w in range(count):
+                if o + (w + 1) * stride - 1 <= t:  # complete windows only
+                    ck, cv = entries[w]
+                    scores.append(rope_np(ck, o + w * stride) @ qt)
+                    values.append(cv)
             for u in range(max(0, t - local_window + 1), t + 1) if local_window else ():
                 scores.append(rope_np(k[u, h], u) @ qt)
                 values.append(v[u, h])

@@ -1,7 +1,5 @@
 """Staggered compressed windows (`idealized.attention`, `stagger`) against a loop reference."""
 
-import math
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -14,9 +12,8 @@ from test_lm_attention import (  # tests/ is on sys.path (rootdir import)
     T,
     forward,
     make_layer,
-    rope_np,
+    reference,
     tokens,  # noqa: F401 (fixture)
-    window_entry,
 )
 
 from weakspots import theory
@@ -33,39 +30,6 @@ def staggered_layer(operator, *, local_window=0, offsets=OFFSETS):
     return layer
 
 
-def staggered_reference(layer, operator, x, *, offsets, local_window):
-    """The staggered layer query by query: head h's window w is tokens
-    `[o_h + w s, o_h + (w + 1) s)`, seen once its last token is `<= t`, keyed at `o_h + w s`."""
-    x = np.asarray(x, np.float64)
-    kernel = lambda lin: np.asarray(lin.kernel[...], np.float64)  # noqa: E731
-    q = (x @ kernel(layer.query)).reshape(T, H, HD)
-    k = (x @ kernel(layer.key)).reshape(T, H, HD)
-    v = (x @ kernel(layer.value)).reshape(T, H, HD)
-    out = np.zeros((T, H, HD))
-    for h, o in enumerate(offsets):
-        count = (T - o) // STRIDE  # complete windows of head h
-        entries = [
-            window_entry(layer, operator, x[o:], k[o:], v[o:], w, h, STRIDE) for w in range(count)
-        ]
-        for t in range(T):
-            qt = rope_np(q[t, h], t)
-            scores, values = [], []
-            for w in range(count):
-                if o + (w + 1) * STRIDE - 1 <= t:
-                    ck, cv = entries[w]
-                    scores.append(rope_np(ck, o + w * STRIDE) @ qt)
-                    values.append(cv)
-            for u in range(max(0, t - local_window + 1), t + 1) if local_window else ():
-                scores.append(rope_np(k[u, h], u) @ qt)
-                values.append(v[u, h])
-            if not scores:
-                continue
-            s = np.array(scores) / math.sqrt(HD)
-            p = np.exp(s - s.max())
-            out[t, h] = (p / p.sum()) @ np.array(values)
-    return out.reshape(T, D) @ kernel(layer.out)
-
-
 @pytest.mark.parametrize(
     "operator, local_window",
     [("mean_pool", 0), ("softmax_pool", 3), ("low_rank", 0), ("max_pool", 0)],
@@ -73,8 +37,8 @@ def staggered_reference(layer, operator, x, *, offsets, local_window):
 def test_staggered_layer_matches_loop_reference(operator, local_window, tokens):  # noqa: F811
     layer = staggered_layer(operator, local_window=local_window)
     got = np.asarray(forward(layer, tokens))[0]
-    want = staggered_reference(
-        layer, operator, tokens[0], offsets=OFFSETS, local_window=local_window
+    want = reference(
+        layer, operator, tokens[0], stride=STRIDE, local_window=local_window, offsets=OFFSETS
     )
     np.testing.assert_allclose(got, want, atol=ATOL, rtol=0)
 

@@ -3,19 +3,20 @@
 * `lm_speedup_vs_loop`: training tokens per second of `sims.lm.train` advancing a batch
   of R seeds at once (one compiled, vmapped program, `eval_every` steps in `lax.scan`)
   over the same R seeds trained one at a time from a Python loop (a jitted single-run
-  step per call, the trainer a user writes first).
+  step per call, the trainer a user writes first). Both do the same work: the steps, and
+  the held-out loss and accuracy that end each block of `eval_every` steps.
 * `lm_flop_utilisation`: the batched trainer's model FLOPs per second
-  (`sims.lm.train.model_flops_per_step`, matmuls counted, forward and backward) over the
-  machine's float32 matmul rate, measured in the same run on square matrices
-  (`PEAK_MATMUL` a side) with the same threads.
+  (`sims.lm.train.model_flops_per_step`, matmuls counted, forward and backward, plus the
+  held-out forward pass) over the machine's float32 matmul rate, measured in the same run
+  on square matrices (`PEAK_MATMUL` a side) with the same threads.
 
 Beside the two ratios, to say where the time goes (measured in the same rounds): the
 matmul rate at the model's own shapes (`model_shape_matmul_rates`: the projections,
 `(B T) x D @ D x D`; dense attention, `T x hd @ hd x T` batched over `B H`; the banded
 local branch, `W x hd @ hd x 2W` batched over `B H T/W`) against the square one; the
 single-seed loop's own utilisation; the CPU seconds each call used per wall second (2
-means both cores busy); and the share of the batched call's model FLOPs spent on the
-held-out evaluation that ends each block (the loop has none).
+means both cores busy); and the share of the model FLOPs spent on the held-out evaluation
+that ends each block.
 
 Each timed call runs in interleaved rounds (batch, loop, matmul in turn) so that load
 from other jobs falls on all three; a ratio is the median over rounds of the ratio within
@@ -140,17 +141,20 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
 
     log("lm loop: compiling")
     one_step = jax.jit(partial(lm_train.step, config))
+    one_record = jax.jit(partial(lm_train._record, config))
     singles = [jax.tree.map(lambda x, r=r: x[r], states) for r in range(settings.runs)]
     single_hyper = [jax.tree.map(lambda x, r=r: x[r], hyper) for r in range(settings.runs)]
     jax.block_until_ready(one_step(singles[0], single_hyper[0]))
+    jax.block_until_ready(one_record(singles[0].params, held_out))
 
     def looped():
         out = None
         for r in range(settings.runs):
             state = singles[r]
             for _ in range(settings.steps):
-                state, out = one_step(state, single_hyper[r])
+                state, _ = one_step(state, single_hyper[r])
             singles[r] = state
+            out = one_record(state.params, held_out)  # the block's held-out loss and accuracy
         return out
 
     log("matmul peak: compiling")
@@ -170,14 +174,16 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
         for name, fn in calls.items():
             times[name].append(_timed(fn))
     tokens = settings.runs * settings.steps * lm_train.tokens_per_step(config)
-    flops = settings.runs * settings.steps * lm_train.model_flops_per_step(config)
+    held_out_steps = config.eval_batch / config.batch / 3  # one forward pass, in training steps
+    flops = (
+        settings.runs * (settings.steps + held_out_steps) * lm_train.model_flops_per_step(config)
+    )
     matmul_flops = settings.matmuls * 2.0 * PEAK_MATMUL**3
     wall = {name: np.array([t[0] for t in ts]) for name, ts in times.items()}
     cpu = {name: np.array([t[1] for t in ts]) for name, ts in times.items()}
     speedup = float(np.median(wall["loop"] / wall["batch"]))
     utilisation = float(np.median((flops / wall["batch"]) / (matmul_flops / wall["matmul"])))
     peak = matmul_flops / wall["matmul"]
-    held_out = config.eval_batch / config.batch / 3  # one forward, in training steps
     cost = one_step.lower(singles[0], single_hyper[0]).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     result = {
@@ -205,7 +211,7 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
         "cpu_seconds_per_wall_second": {
             name: float(np.median(cpu[name] / wall[name])) for name in ("batch", "loop", "matmul")
         },
-        "held_out_flops_share": held_out / (settings.steps + held_out),
+        "held_out_flops_share": held_out_steps / (settings.steps + held_out_steps),
         "model_flops_per_step": lm_train.model_flops_per_step(config),
         "xla_flops_per_step": float(cost.get("flops", float("nan"))) if cost else None,
         "matmul_flops_per_second": float(matmul_flops / np.median(wall["matmul"])),

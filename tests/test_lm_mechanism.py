@@ -143,6 +143,9 @@ def test_uniform_attention_has_zero_margin_and_mass_in_proportion_to_entries():
     expected = [2 / visible] + [1 / visible] * 3
     np.testing.assert_allclose(out["mass"][0][0], expected, rtol=1e-5)
     assert query_reach(config) == 4
+    # the entries one window on: as many (every far fact's next window is visible), as much
+    np.testing.assert_allclose(mechanism.entry_mass(config, params, 1)[0][0], expected, rtol=1e-5)
+    np.testing.assert_allclose(mechanism.entry_mass(config, params, 0), out["mass"], rtol=1e-6)
 
 
 def test_a_weak_spot_no_candidate_explains_but_patching_restores_is_located_in_the_entries():

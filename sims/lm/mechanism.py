@@ -82,6 +82,37 @@ def _margins(config: LMConfig, layer: int, params: nnx.State, starts, index, fac
     return jax.vmap(per_run)(params)
 
 
+def _fact_windows(config: LMConfig, rows: Rows, shift: int = 0) -> np.ndarray:
+    """Per evaluation sequence, the windows holding the queried fact, moved `shift` windows on
+    (`(sequences, C)` bool; windows past the sequence drop out)."""
+    s, length = config.stride, config.task.fact_len
+    windows = np.arange(config.seq_len // s)[None, :]
+    first, last = rows.key_start // s, (rows.key_start + length - 1) // s
+    return (windows >= first[:, None] + shift) & (windows <= last[:, None] + shift)
+
+
+def entry_mass(config: LMConfig, params: nnx.State, shift: int = 1) -> list | None:
+    """Attention mass of the first compressed layer on the entries `shift` windows after the
+    queried fact's own, by head and value phase, `(R, H, s)` (far facts only; as `mass` of
+    `attention_margins`, which is `shift = 0`). Where it exceeds the mass on the fact's own
+    entries, the query reads the fact from windows after it. None without compressed entries."""
+    config = config.static
+    layers = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
+    if not config.compressed or not layers:
+        return None
+    rows = evaluation_rows(config)
+    facts = _fact_windows(config, rows, shift)
+    chunk = rows.starts.shape[1]
+    _, mass = _margins(
+        config, layers[0], params, jnp.asarray(rows.starts), jnp.asarray(rows.index),
+        jnp.asarray(facts.reshape(-1, chunk, facts.shape[-1])),
+    )  # fmt: skip
+    mass = np.asarray(mass, np.float64)
+    phase = rows.value_start % config.stride
+    keep = [rows.far & (phase == p) for p in range(config.stride)]
+    return np.stack([mass[:, k].mean(axis=1) for k in keep], axis=-1).tolist()
+
+
 def attention_margins(config: LMConfig, params: nnx.State, rows: Rows | None = None) -> dict:
     """The first compressed layer's attention on the queried fact, by head and value phase.
 
@@ -97,10 +128,8 @@ def attention_margins(config: LMConfig, params: nnx.State, rows: Rows | None = N
     if not config.compressed or not layers:
         return None
     rows = rows or evaluation_rows(config)
-    s, length = config.stride, config.task.fact_len
-    windows = np.arange(config.seq_len // s)[None, :]
-    first, last = rows.key_start // s, (rows.key_start + length - 1) // s
-    facts = (windows >= first[:, None]) & (windows <= last[:, None])
+    s = config.stride
+    facts = _fact_windows(config, rows)
     chunk = rows.starts.shape[1]
     margin, mass = _margins(
         config,
@@ -108,7 +137,7 @@ def attention_margins(config: LMConfig, params: nnx.State, rows: Rows | None = N
         params,
         jnp.asarray(rows.starts),
         jnp.asarray(rows.index),
-        jnp.asarray(facts.reshape(-1, chunk, windows.shape[1])),
+        jnp.asarray(facts.reshape(-1, chunk, facts.shape[-1])),
     )
     margin, mass = np.asarray(margin, np.float64), np.asarray(mass, np.float64)
     phase = rows.value_start % s

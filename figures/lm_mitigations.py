@@ -3,7 +3,7 @@
 import numpy as np
 
 from weakspots.figures.style import COLORS, SGD, figure, legend_below
-from weakspots.sims.lm.evaluate import delta_max_noise_floor
+from weakspots.sims.lm.evaluate import pooled_noise_floor
 
 CAPTION = (
     "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled, 95% Wilson intervals) of each decoder intact (black) and read under K = 2 and 4 chunkings shifted by k s / K tokens with the log-probabilities averaged (points; K forward passes per sequence); lines: the toy's prediction from the intact accuracy (theory.offset_ensemble_accuracy, the mean over the shifted phases).",
@@ -47,10 +47,9 @@ def _gaps(ax, results):
     for name, r in results["designs"].items():
         intact = float(np.ptp(r["phase_accuracy"]))
         for k, e in r["ensembles"].items():
-            acc, n = np.asarray(e["accuracy"]), np.asarray(r["samples"])
-            pooled = float((acc * n).sum() / n.sum())
-            items.append((f"{name} ensemble K={k}", intact, float(np.ptp(acc)),
-                          delta_max_noise_floor(pooled, n), 0))  # fmt: skip
+            acc = np.asarray(e["accuracy"])
+            _, floor = pooled_noise_floor(acc, r["samples"])
+            items.append((f"{name} ensemble K={k}", intact, float(np.ptp(acc)), floor, 0))
     for found in results.get("trained", {}).values():
         base, mitigated = found["base"], found["mitigated"]
         items.append((f"{found['design']} {_label(found['changes'])}", base["delta_max"],

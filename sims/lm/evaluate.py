@@ -122,6 +122,14 @@ def delta_max_noise_floor(
     return float(np.quantile(draws.max(axis=1) - draws.min(axis=1), level))
 
 
+def pooled_noise_floor(accuracy, samples) -> tuple[float, float]:
+    """The accuracy pooled over phases (per-phase `accuracy` weighted by `samples`) and the
+    95% noise floor of `delta_max` at it (`delta_max_noise_floor`)."""
+    accuracy, samples = np.asarray(accuracy), np.asarray(samples)
+    pooled = float((accuracy * samples).sum() / max(samples.sum(), 1))
+    return pooled, delta_max_noise_floor(pooled, samples)
+
+
 def query_reach(config: LMConfig) -> int:
     """Tokens at the end of the context the first query reaches uncompressed.
 

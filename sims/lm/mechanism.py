@@ -91,26 +91,40 @@ def _fact_windows(config: LMConfig, rows: Rows, shift: int = 0) -> np.ndarray:
     return (windows >= first[:, None] + shift) & (windows <= last[:, None] + shift)
 
 
+def _fact_attention(config: LMConfig, params: nnx.State, rows: Rows, shift: int = 0):
+    """`(layer, margin, mass)` of the first compressed layer on the entries `shift` windows
+    after the queried fact's own, each `(R, H, s)` by value phase (far facts only); None for
+    a design without compressed entries."""
+    config = config.static
+    layers = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
+    if not config.compressed or not layers:
+        return None
+    facts = _fact_windows(config, rows, shift)
+    chunk = rows.starts.shape[1]
+    margin, mass = _margins(
+        config,
+        layers[0],
+        params,
+        jnp.asarray(rows.starts),
+        jnp.asarray(rows.index),
+        jnp.asarray(facts.reshape(-1, chunk, facts.shape[-1])),
+    )
+    phase = rows.value_start % config.stride
+    by_phase = lambda a: np.stack(  # noqa: E731
+        [np.asarray(a, np.float64)[:, rows.far & (phase == p)].mean(axis=1)
+         for p in range(config.stride)],
+        axis=-1,
+    )  # fmt: skip
+    return layers[0], by_phase(margin), by_phase(mass)
+
+
 def entry_mass(config: LMConfig, params: nnx.State, shift: int = 1) -> list | None:
     """Attention mass of the first compressed layer on the entries `shift` windows after the
     queried fact's own, by head and value phase, `(R, H, s)` (far facts only; as `mass` of
     `attention_margins`, which is `shift = 0`). Where it exceeds the mass on the fact's own
     entries, the query reads the fact from windows after it. None without compressed entries."""
-    config = config.static
-    layers = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
-    if not config.compressed or not layers:
-        return None
-    rows = evaluation_rows(config)
-    facts = _fact_windows(config, rows, shift)
-    chunk = rows.starts.shape[1]
-    _, mass = _margins(
-        config, layers[0], params, jnp.asarray(rows.starts), jnp.asarray(rows.index),
-        jnp.asarray(facts.reshape(-1, chunk, facts.shape[-1])),
-    )  # fmt: skip
-    mass = np.asarray(mass, np.float64)
-    phase = rows.value_start % config.stride
-    keep = [rows.far & (phase == p) for p in range(config.stride)]
-    return np.stack([mass[:, k].mean(axis=1) for k in keep], axis=-1).tolist()
+    found = _fact_attention(config, params, evaluation_rows(config.static), shift)
+    return None if found is None else found[2].tolist()
 
 
 def attention_margins(config: LMConfig, params: nnx.State, rows: Rows | None = None) -> dict:
@@ -123,33 +137,15 @@ def attention_margins(config: LMConfig, params: nnx.State, rows: Rows | None = N
     `margin` and `mass` `(R, H, s)`, `gain` `(R, H)` = `s * mean_phi margin`, and `layer`.
     None for a design without compressed entries.
     """
-    config = config.static
-    layers = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
-    if not config.compressed or not layers:
+    found = _fact_attention(config, params, rows or evaluation_rows(config.static))
+    if found is None:
         return None
-    rows = rows or evaluation_rows(config)
-    s = config.stride
-    facts = _fact_windows(config, rows)
-    chunk = rows.starts.shape[1]
-    margin, mass = _margins(
-        config,
-        layers[0],
-        params,
-        jnp.asarray(rows.starts),
-        jnp.asarray(rows.index),
-        jnp.asarray(facts.reshape(-1, chunk, facts.shape[-1])),
-    )
-    margin, mass = np.asarray(margin, np.float64), np.asarray(mass, np.float64)
-    phase = rows.value_start % s
-    by_phase = lambda a: np.stack(  # noqa: E731
-        [a[:, rows.far & (phase == p)].mean(axis=1) for p in range(s)], axis=-1
-    )
-    m = by_phase(margin)
+    layer, margin, mass = found
     return {
-        "layer": layers[0],
-        "margin": m.tolist(),
-        "mass": by_phase(mass).tolist(),
-        "gain": (s * m.mean(axis=-1)).tolist(),
+        "layer": layer,
+        "margin": margin.tolist(),
+        "mass": mass.tolist(),
+        "gain": (config.stride * margin.mean(axis=-1)).tolist(),
     }
 
 

@@ -28,7 +28,7 @@ from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import delta_max_noise_floor, phase_summary
+from weakspots.sims.lm.evaluate import phase_summary, pooled_noise_floor
 from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
@@ -84,25 +84,42 @@ def report(
     out = ablate_lm(config, params, patch=patch, progress=progress)
     out["config"] = config.asdict()
     out["margins"] = mechanism.attention_margins(config, params)
+    return derived(judged(config, out))
+
+
+def judged(config: LMConfig, out: dict) -> dict:
+    """`out` with the `evidence` of `sims.lm.mechanism`, its `verdict` and `shown_by` added."""
     found = mechanism.evidence(config, out)
-    out["evidence"] = found
-    out["verdict"] = mechanism.verdict(found)
-    out["shown_by"] = mechanism.shown_by(found)
-    return derived(out)
+    out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
+    return out
 
 
 def derived(out: dict) -> dict:
     """`out` with the quantities derived from a report's own numbers added: the 95% noise
-    floor of its `delta_max` (`evaluate.delta_max_noise_floor` at the pooled accuracy and
-    the per-phase samples) and the support size per run and head of the compressed layer's
+    floor of its `delta_max` (`evaluate.pooled_noise_floor`) and the support size per run and head of the compressed layer's
     pooling weights (`idealized.metrics.support_size`; None without learned weights)."""
-    acc, samples = np.asarray(out["phase_accuracy"]), np.asarray(out["samples"])
-    pooled = float((acc * samples).sum() / max(samples.sum(), 1))
-    out["delta_max_noise_floor"] = delta_max_noise_floor(pooled, samples)
+    _, out["delta_max_noise_floor"] = pooled_noise_floor(out["phase_accuracy"], out["samples"])
     layer = out["margins"]["layer"] if out["margins"] else None
     weights = out["pooling_weights"][layer] if layer is not None else None
     out["support_size"] = None if weights is None else metrics.support_size(weights).tolist()
     return out
+
+
+def seeds_of(size: str) -> int:
+    """The study's seeds per design at `size` (one for tiny decoders)."""
+    return 1 if size == "tiny" else SEEDS
+
+
+def trained_runs(config: LMConfig, size: str) -> list:
+    """`config` over the study's seeds, trained or loaded from the checkpoint cache (no cache
+    for tiny decoders)."""
+    runs = [config.replace(seed=s) for s in range(seeds_of(size))]
+    return trained(runs, directory=size != "tiny")
+
+
+def stacked_params(runs) -> object:
+    """The runs' parameter states stacked along a leading run axis."""
+    return jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
 
 
 @functools.cache
@@ -110,11 +127,9 @@ def measure(name: str, size: str) -> dict:
     """Design `name` at `size`: trained (or loaded from the checkpoint cache) and measured
     (memoised: experiments that share a design measure it once per process)."""
     base = config(name, size)
-    seeds = 1 if size == "tiny" else SEEDS
-    runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
-    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    params = stacked_params(trained_runs(base, size))
     out = report(base, params, patch=name in PATCHED)
-    out["seeds"] = list(range(seeds))
+    out["seeds"] = list(range(seeds_of(size)))
     return out
 
 
@@ -132,26 +147,23 @@ def recorded(name: str) -> dict:
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
-    expected = config(name, "full").asdict()
-    if not _same_config(out["config"], config(name, "full")):
+    design = config(name, "full")
+    expected = design.asdict()
+    if not _same_config(out["config"], design):
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
-    found = mechanism.evidence(config(name, "full"), out)  # judged by today's rules
-    out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
-    return derived(out)
+    return derived(judged(design, out))  # judged by today's rules
 
 
 def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
     """The offset-ensemble mitigation on design `name`'s trained decoders, per ensemble size K
     (`interventions.offset_ensemble`), with the intact per-phase accuracy beside it."""
     base = config(name, size)
-    seeds = 1 if size == "tiny" else SEEDS
-    runs = trained([base.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
-    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])
+    params = stacked_params(trained_runs(base, size))
     intact = measure(name, size) if size == "tiny" else None
     out = {
         "config": base.asdict(),
-        "seeds": list(range(seeds)),
+        "seeds": list(range(seeds_of(size))),
         "ensembles": {str(k): offset_ensemble(base, params, k) for k in ensembles},
     }
     if intact is not None:
@@ -184,14 +196,14 @@ def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
     Wilson intervals), with `delta_max` and its 95% noise floor."""
     found = phase_summary(config, outcomes)
     acc, samples = np.asarray(found["phase_accuracy"]), np.asarray(found["phase_samples"])
-    pooled = float((acc * samples).sum() / max(samples.sum(), 1))
+    pooled, floor = pooled_noise_floor(acc, samples)
     return {
         "phase_accuracy": acc.tolist(),
         "phase_accuracy_ci": found["phase_accuracy_ci"],
         "samples": samples.tolist(),
         "mean_accuracy": pooled,
         "delta_max": float(np.ptp(acc)),
-        "delta_max_noise_floor": delta_max_noise_floor(pooled, samples),
+        "delta_max_noise_floor": floor,
     }
 
 
@@ -200,8 +212,7 @@ def _design_runs(config: LMConfig, size: str) -> dict:
     pooled over the runs (`_phase_accuracy`) and `per_seed` (mean accuracy, `delta_max`, its
     floor), each run's last held-out accuracy, pooling weights, parameters, FLOPs per
     training step, training wall seconds per run."""
-    seeds = 1 if size == "tiny" else SEEDS
-    runs = trained([config.replace(seed=s) for s in range(seeds)], directory=size != "tiny")
+    runs = trained_runs(config, size)
     weights = [
         [None if w is None else np.asarray(w).tolist() for w in r.model.pooling_weights()]
         for r in runs
@@ -214,7 +225,7 @@ def _design_runs(config: LMConfig, size: str) -> dict:
             for k in ("mean_accuracy", "delta_max", "delta_max_noise_floor")
         },
         final_eval_accuracy=[float(r.history.eval_accuracy[-1]) for r in runs],
-        seeds=list(range(seeds)),
+        seeds=list(range(seeds_of(size))),
         pooling_weights=weights,
         parameters=count_params(runs[0].params),
         flops_per_step=model_flops_per_step(config),

@@ -57,6 +57,9 @@ def profile(labels, correct, blocks, s: int, seed: int = 0, strata=None) -> dict
     for j in range(s):
         if samples[j]:
             ci[j] = metrics.wilson_interval(accuracy[j], int(samples[j]))
+    # at 0 or 1 hits the Wilson bound is exactly 0 or 1; the formula leaves rounding there
+    ci[:, 0] = np.where(accuracy == 0.0, 0.0, ci[:, 0])
+    ci[:, 1] = np.where(accuracy == 1.0, 1.0, ci[:, 1])
     observed = float(_spread(accuracy))
     rng = np.random.default_rng([seed, s, 0])
     out = {

@@ -66,8 +66,9 @@ class Backend(abc.ABC):
         """The tokenizer `spec` names (`auto`: the model's own) for this backend."""
 
     @abc.abstractmethod
-    def check(self, tokenizer: Tokenizer) -> None:
-        """Raise `Refused` if the model cannot be probed with `tokenizer`."""
+    def check(self, tokenizer: Tokenizer | None) -> None:
+        """Raise `Refused` if the model cannot be probed with `tokenizer` (None: prompts in
+        the model's own ids, as the recall task builds them)."""
 
     @abc.abstractmethod
     def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:
@@ -175,7 +176,7 @@ class OpenAIBackend(Backend):
 
     def check(self, tokenizer: Tokenizer) -> None:
         self._reachable()
-        if isinstance(tokenizer, ServerTokenizer):
+        if tokenizer is None or isinstance(tokenizer, ServerTokenizer):
             return
         endpoint = self.tokenize_endpoint()
         if endpoint is None:
@@ -297,7 +298,9 @@ class HFBackend(Backend):
         self._tokenizer = load_tokenizer(spec)
         return self._tokenizer
 
-    def check(self, tokenizer: Tokenizer) -> None:
+    def check(self, tokenizer: Tokenizer | None) -> None:
+        if tokenizer is None:
+            return
         vocab = int(self.model.config.vocab_size)
         size = tokenizer.vocab_size
         if size is None or size > vocab:
@@ -391,9 +394,9 @@ class DecoderBackend(Backend):
         self._lock = threading.Lock()
 
     def tokenizer(self, spec: str) -> Tokenizer:
-        return ByteTokenizer()  # unused: the recall task is built in the decoder's vocabulary
+        raise Refused("--task: a decoder of this project answers the recall task only")
 
-    def check(self, tokenizer: Tokenizer) -> None:
+    def check(self, tokenizer: Tokenizer | None) -> None:
         del tokenizer
 
     def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:

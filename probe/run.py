@@ -27,7 +27,14 @@ from weakspots.sims import store as result_store
 from weakspots.sims.cli.common import UsageError
 from weakspots.sims.progress import Progress
 
-from .backends import Backend, Completion, RequestError, TransientError, make_backend
+from .backends import (
+    Backend,
+    Completion,
+    RequestError,
+    TransientError,
+    load_decoder,
+    make_backend,
+)
 from .design import ProbeConfig, Trial, recall_trials, text_trials
 from .report import phase_report
 
@@ -157,22 +164,18 @@ def _missing(value, pd) -> bool:
 
 def plan(config: ProbeConfig, backend: Backend):
     """The tokenizer and every trial of the scan (checks the backend first)."""
+    if config.task == "recall":  # built in the decoder's own vocabulary: no tokenizer
+        backend.check(None)
+        return "decoder", recall_trials(config, load_decoder(config.checkpoint).config)
     tokenizer = backend.tokenizer(config.tokenizer)
     backend.check(tokenizer)
-    if config.task == "recall":
-        from .backends import load_decoder
-
-        lm_config = (
-            backend.config if hasattr(backend, "config") else load_decoder(config.checkpoint).config
-        )
-        return "decoder", recall_trials(config, lm_config)
     return tokenizer.name, text_trials(config, tokenizer)
 
 
 def probe(
     config: ProbeConfig | None = None,
     *,
-    backend: Backend | None = None,
+    client: Backend | None = None,
     progress: bool | Progress = False,
     backoff: float = BACKOFF_SECONDS,
     **fields,
@@ -180,7 +183,7 @@ def probe(
     """Run a phase scan and return its report (the `--json` of `weakspots probe`).
 
     `config`: a `ProbeConfig`, or its fields as keyword arguments (`url=`, `model=`,
-    `stride=(4, 8)`, ...). `backend`: an already built backend (default: the one the
+    `stride=(4, 8)`, ...). `client`: an already built `Backend` (default: the one the
     config names). `progress`: a `Progress`, or True for one on stderr. `backoff`:
     seconds before the first retry (doubled at each next one, jittered).
 
@@ -193,8 +196,8 @@ def probe(
             result_store.prepare(config.store)
         except result_store.StoreError as error:
             raise UsageError(f"--store: {error}") from None
-    owned = backend is None
-    backend = make_backend(config) if owned else backend
+    owned = client is None
+    backend = make_backend(config) if owned else client
     try:
         return _probe(config, backend, progress, backoff)
     finally:

@@ -280,7 +280,15 @@ class HFBackend(Backend):
         if not (self.path / "config.json").is_file():
             raise Refused(f"--model: {path} is not a Hugging Face model directory (no config.json)")
         self.model_id = str(self.path.resolve())
-        self.model = AutoModelForCausalLM.from_pretrained(str(self.path))
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # the probe's own bar is the one progress report
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(str(self.path))
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         self.model.eval()
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None

@@ -319,3 +319,26 @@ def test_prompt_hash_is_the_stores_prompt_key():
     key = trial_key({"backend": "openai", "model": "m"}, "byte", ProbeConfig(url="u", model="m"),
                     trial)  # fmt: skip
     assert key["prompt_sha256"] == prompt_hash(trial.prompt)
+
+
+def test_figures_are_written_for_every_stride(tmp_path, server, capsys):
+    code = main(["probe", "--url", server.url, "--model", "weak", "--tokenizer", "byte",
+                 "--stride", "2,4", "--context", "256,320", "--depth", "0.2,0.8", "--trials", "2",
+                 "--figures", str(tmp_path / "fig"), "--json", "--quiet"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["trials"] == 2 * 2 * 2 * 4
+    names = sorted(Path(p).name for p in report["figures"])
+    assert names == sorted(f"probe_phase{k}_s{s}.png" for s in (2, 4)
+                           for k in ("", "_depth", "_context"))  # fmt: skip
+    assert all(Path(p).stat().st_size > 1000 for p in report["figures"])
+    assert report["by_depth"]["values"] == [0.2, 0.8]
+    assert sum(map(sum, report["by_context"]["phase_samples"])) == report["trials"]
+
+
+def test_the_table_names_the_weak_phases(server, capsys):
+    code = main(["probe", "--url", server.url, "--model", "weak", "--tokenizer", "byte",
+                 "--context", "384", "--trials", "24", "--quiet"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "needle: delta_max" in out and "worst phase 1" in out
+    assert re.search(r"tail: delta_max .* worst phase 3", out)

@@ -12,7 +12,6 @@ import abc
 import functools
 import json
 import pathlib
-import urllib.error
 import urllib.request
 
 from weakspots.sims.cli.common import UsageError

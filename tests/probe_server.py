@@ -19,6 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PASSKEY = re.compile(rb"The pass key is (\d+)\.")
+QUESTION = re.compile(rb"What is the value of key (\w+)\?")
 
 
 def prompt_hash(ids) -> str:
@@ -34,7 +35,7 @@ def unit_interval(*parts) -> float:
 class WeakSpotModel:
     """A synthetic byte-level "model" with known weak spots.
 
-    It reads the pass key from the prompt (bytes). Phases count modulo `stride`: with the
+    It reads the pass key (or the queried key's value, in the kv task) from the prompt. Phases count modulo `stride`: with the
     answer's first token at needle phase `needle_phase`, it answers wrong with probability
     `needle_miss` (a fixed function of the prompt: reproducible); whenever the prompt's
     length is at tail phase `tail_phase`, the key's last digit comes back wrong.
@@ -52,7 +53,11 @@ class WeakSpotModel:
 
     def __call__(self, ids, max_tokens):
         data = bytes(ids)
-        match = PASSKEY.search(data)
+        question = QUESTION.search(data)
+        if question is not None:  # the kv task: the queried key's first stated value
+            match = re.search(rb"key " + question.group(1) + rb" is (\d+)\.", data)
+        else:
+            match = PASSKEY.search(data)
         if match is None:
             return " I do not know.", None
         key = match.group(1).decode()

@@ -147,6 +147,15 @@ def test_probe_finds_the_servers_needle_and_tail_weak_spots(server):
     assert sum(two["phase_samples"]) == n
 
 
+def test_the_kv_task_finds_the_same_weak_spots(server):
+    report = _scan(server.url, task="kv", facts=3, trials=32)
+    needle_true = [np.mean([MODEL.accuracy(k, t) for t in range(S)]) for k in range(S)]
+    for true, ci in zip(needle_true, report["phase_accuracy_ci"], strict=True):
+        assert ci[0] <= true <= ci[1]
+    assert report["worst_phase"] == 1 and report["tail_worst_phase"] == 3
+    assert report["tail_phase_accuracy"][3] == 0.0 and report["trials"] == 32 * S
+
+
 def test_a_server_without_weak_spots_shows_none(server):
     flat = serve(WeakSpotModel(stride=S, needle_miss=0.0, tail_phase=None), name="weak")
     try:

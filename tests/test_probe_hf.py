@@ -59,3 +59,37 @@ def test_a_byte_tokenizer_on_a_smaller_vocabulary_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
     assert err.startswith("weakspots probe: error: --tokenizer: byte does not match")
+
+
+@pytest.mark.parametrize("digits_seen", [False, True])
+def test_a_hugging_face_tokenizer_places_the_answer_exactly(tmp_path, digits_seen):
+    """A byte-level BPE trained here: with digits unseen, ' 12345' starts with a space token
+    of its own (not the answer); with ' 1'... seen, the space joins the first digit."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from weakspots.probe.design import FACT_QUESTION, FILLER, PASSKEY, PASSKEY_QUESTION
+    from weakspots.probe.tokenizers import HFTokenizer
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    corpus = list(FILLER) * 20 + [p.format(digits="") for p in PASSKEY] * 20
+    corpus += [PASSKEY_QUESTION, FACT_QUESTION.format(name="amber")] * 20
+    if digits_seen:
+        corpus += [f" {d}" for d in range(10)] * 50
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))  # fmt: skip
+    transformers.PreTrainedTokenizerFast(tokenizer_object=bpe).save_pretrained(tmp_path / "tok")
+    tokenizer = HFTokenizer(tmp_path / "tok")
+    space = tokenizer.encode(" ")
+    assert (tokenizer.encode(" 7")[: len(space)] == space) != digits_seen
+    config = ProbeConfig(url="u", model="m", tokenizer=str(tmp_path / "tok"), stride=(4,),
+                         context=(256,), trials=3)  # fmt: skip
+    for trial in text_trials(config, tokenizer):
+        answer = tokenizer.decode(list(trial.prompt[trial.needle_index :][: len(trial.answer_ids)]))
+        assert answer.strip() == trial.answer
+        assert tokenizer.decode([trial.prompt[trial.needle_index]]).strip()[:1] == trial.answer[0]
+        before = tokenizer.decode(list(trial.prompt[: trial.needle_index]))
+        assert before.endswith("The pass key is") or before.endswith("The pass key is ")
+        assert trial.needle_index % 4 == trial.coordinates["needle_shift"]
+        assert len(trial.prompt) % 4 == trial.coordinates["tail_shift"]

@@ -163,7 +163,22 @@ def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None) -> Server
     return Server(httpd, thread, state)
 
 
-if __name__ == "__main__":  # serve the weak-spot model for a manual run
-    server = serve(WeakSpotModel(), name="weak")
+if __name__ == "__main__":  # a server for a manual run: python tests/probe_server.py --help
+    import argparse
+
+    parser = argparse.ArgumentParser(description="serve the weak-spot model on 127.0.0.1")
+    parser.add_argument("--stride", type=int, default=4)
+    parser.add_argument("--needle-phase", type=int, default=1)
+    parser.add_argument("--needle-miss", type=float, default=0.6)
+    parser.add_argument("--tail-phase", type=int, default=3)
+    parser.add_argument("--flaky", type=float, default=0.0, help="share of prompts first 500/429")
+    args = parser.parse_args()
+
+    def flaky(ids, attempt):
+        u = unit_interval("flaky", tuple(ids))
+        return (429 if u < args.flaky / 2 else 500) if u < args.flaky and attempt <= 2 else None
+
+    model = WeakSpotModel(args.stride, args.needle_phase, args.needle_miss, args.tail_phase)
+    server = serve(model, name="weak", flaky=flaky if args.flaky else None)
     print(server.url, flush=True)
     threading.Event().wait()

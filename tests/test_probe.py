@@ -351,3 +351,38 @@ def test_the_table_names_the_weak_phases(server, capsys):
     assert code == 0
     assert "needle: delta_max" in out and "worst phase 1" in out
     assert re.search(r"tail: delta_max .* worst phase 3", out)
+
+
+def test_timeouts_are_retried_and_rejections_are_not(tmp_path):
+    def flaky(ids, attempt):
+        return 400 if unit_interval("reject", tuple(ids)) < 0.5 else None
+
+    hanging = serve(MODEL, name="weak", delay=1.0)
+    rejecting = serve(MODEL, name="weak", flaky=flaky)
+    try:
+        slow = _scan(hanging.url, trials=1, timeout=0.2, max_retries=1, concurrency=4)
+        asked_slow = dict(hanging.requests)
+        picky = _scan(rejecting.url, trials=4, max_retries=3)
+        asked_picky = dict(rejecting.requests)
+    finally:
+        hanging.close()
+        rejecting.close()
+    assert slow["failed"] == S and slow["trials"] == 0
+    assert all(n == 2 for n in asked_slow.values())  # the first try and one retry, each timed out
+    assert "timeout" in slow["failed_trials"][0]["error"].lower()
+    assert picky["failed"] + picky["trials"] == 4 * S and picky["failed"] > 0
+    assert all(n == 1 for n in asked_picky.values())  # a 400 is not worth a retry
+    assert all(f["error"].startswith("HTTP 400") for f in picky["failed_trials"])
+
+
+def test_weakspots_probe_is_the_package_and_the_function():
+    script = (
+        "import weakspots, weakspots.probe.design as d\n"
+        "assert callable(weakspots.probe) and weakspots.probe.ProbeConfig is d.ProbeConfig\n"
+        "assert 'probe' in dir(weakspots)\n"
+        "try:\n    weakspots.probe(url='u')\nexcept Exception as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "--model: the openai backend needs --model"

@@ -33,6 +33,8 @@ def profile(stats: dict, stride: int):
         ax.set_title(f"{name} phase" + ("" if dm is None else f" (delta_max {dm:.2f})"))
         ax.set_xlabel(f"{name} phase (mod {stride})")
         ax.set_ylim(-0.02, 1.02)
+        if stride <= 16:
+            ax.set_xticks(range(stride))
     axes[0][0].set_ylabel("accuracy")
     return fig
 

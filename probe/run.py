@@ -114,6 +114,10 @@ def ask(
             continue
         except RequestError as rejected:
             return Outcome(None, "", str(rejected), attempt + 1)
+        if by_ids and completion.token_ids is None:  # unscorable, not wrong
+            return Outcome(
+                None, completion.text, "the reply holds no token ids to score", attempt + 1
+            )
         return Outcome(
             is_correct(trial, completion, by_ids),
             completion.text,

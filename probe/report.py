@@ -124,24 +124,40 @@ def grid(labels, correct, axis_values, s: int) -> dict:
 
 def phase_report(scored: list[dict], strides, seed: int = 0) -> dict:
     """The report's statistics of `scored` trials (dicts with `needle_index`, `prompt_length`,
-    `correct`, `block`, `context`, `depth`) for each stride: `{"by_stride": {s: ...}}` plus the
-    first stride's keys at the top, tail-phase ones prefixed `tail_`."""
+    `correct`, `block`, `context`, `depth`, and `logprob`: the greedy continuation's summed
+    token log-probability, None where the backend gave none) for each stride:
+    `{"by_stride": {s: ...}}` plus the first stride's keys at the top, tail-phase ones
+    prefixed `tail_`; `phase_mean_logprob` is the mean `logprob` per phase (None where none)."""
     needle = np.asarray([t["needle_index"] for t in scored], np.int64)
     length = np.asarray([t["prompt_length"] for t in scored], np.int64)
     correct = np.asarray([bool(t["correct"]) for t in scored], bool)
     blocks = np.asarray([t["block"] for t in scored], np.int64)
     depth = [t["depth"] for t in scored]
     context = [t["context"] for t in scored]
+    logprob = np.asarray(
+        [np.nan if t.get("logprob") is None else t["logprob"] for t in scored], np.float64
+    )
     by_stride = {}
     for s in strides:
         s = int(s)
         stats = profile(needle % s, correct, blocks, s, seed, strata=length % s)
         tail = profile(length % s, correct, blocks, s, seed + 1, strata=needle % s)
         stats.update({f"tail_{k}": v for k, v in tail.items() if k != "mean_accuracy"})
+        stats["phase_mean_logprob"] = _mean_by(needle % s, logprob, s)
+        stats["tail_phase_mean_logprob"] = _mean_by(length % s, logprob, s)
         stats["by_depth"] = grid(needle % s, correct, depth, s)
         stats["by_context"] = grid(needle % s, correct, context, s)
         by_stride[str(s)] = stats
     return {"stride": int(strides[0]), **by_stride[str(int(strides[0]))], "by_stride": by_stride}
+
+
+def _mean_by(labels, values, s: int) -> list:
+    present = np.isfinite(values)
+    out = []
+    for j in range(s):
+        mask = present & (labels == j)
+        out.append(float(values[mask].mean()) if mask.any() else None)
+    return out
 
 
 def _num(x) -> float | None:

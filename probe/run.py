@@ -313,6 +313,7 @@ def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
                 "block": trial.block,
                 "depth": trial.coordinates["depth"],
                 "context": trial.coordinates["context"],
+                "logprob": row.get("logprob"),
             }
         )
     report = {

@@ -133,6 +133,8 @@ def test_probe_finds_the_servers_needle_and_tail_weak_spots(server):
     for true, ci in zip(tail_true, report["tail_phase_accuracy_ci"], strict=True):
         assert ci[0] <= true <= ci[1]
     assert report["tail_phase_accuracy"][3] == 0.0  # the tail phase that always misses
+    # the server gives -0.1 per token of a max_tokens-long continuation (answer + 2 tokens)
+    assert report["phase_mean_logprob"] == pytest.approx([-0.1 * (5 + 2)] * S)
     assert report["worst_phase"] == 1 and report["tail_worst_phase"] == 3
     lo, hi = report["delta_max_ci"]
     assert lo <= max(needle_true) - min(needle_true) <= hi

@@ -172,6 +172,7 @@ if __name__ == "__main__":  # a server for a manual run: python tests/probe_serv
     parser.add_argument("--needle-miss", type=float, default=0.6)
     parser.add_argument("--tail-phase", type=int, default=3)
     parser.add_argument("--flaky", type=float, default=0.0, help="share of prompts first 500/429")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each answer")
     args = parser.parse_args()
 
     def flaky(ids, attempt):
@@ -179,6 +180,6 @@ if __name__ == "__main__":  # a server for a manual run: python tests/probe_serv
         return (429 if u < args.flaky / 2 else 500) if u < args.flaky and attempt <= 2 else None
 
     model = WeakSpotModel(args.stride, args.needle_phase, args.needle_miss, args.tail_phase)
-    server = serve(model, name="weak", flaky=flaky if args.flaky else None)
+    server = serve(model, name="weak", flaky=flaky if args.flaky else None, delay=args.delay)
     print(server.url, flush=True)
     threading.Event().wait()

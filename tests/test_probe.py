@@ -388,3 +388,47 @@ def test_weakspots_probe_is_the_package_and_the_function():
                          text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "--model: the openai backend needs --model"
+
+
+@pytest.mark.parametrize(
+    "flags, flag",
+    [
+        (["--depth", "1.5"], "--depth"),
+        (["--stride", "0"], "--stride"),
+        (["--trials", "0"], "--trials"),
+        (["--task", "essay"], "--task"),
+        (["--backend", "vllm"], "--backend"),
+        (["--neutral", "ab"], "--neutral"),
+        (["--concurrency", "0"], "--concurrency"),
+    ],
+)
+def test_bad_flags_are_refused_in_one_line_naming_the_flag(server, capsys, flags, flag):
+    code = main(["probe", "--url", server.url, "--model", "weak", "--tokenizer", "byte",
+                 "--quiet", *flags])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and err.startswith(f"weakspots probe: error: {flag}")
+    assert sum(server.requests.values()) == 0
+
+
+def test_resume_asks_the_failed_trials_again_and_only_those(tmp_path):
+    down = {"on": True}
+
+    def flaky(ids, attempt):
+        return 503 if down["on"] and unit_interval("down", tuple(ids)) < 0.25 else None
+
+    srv = serve(MODEL, name="weak", flaky=flaky)
+    store = str(tmp_path / "s")
+    try:
+        first = _scan(srv.url, trials=8, store=store, max_retries=0)
+        asked = dict(srv.requests)
+        down["on"] = False
+        second = _scan(srv.url, trials=8, store=store, resume=True)
+        again = {h: n - asked.get(h, 0) for h, n in srv.requests.items() if n != asked.get(h, 0)}
+    finally:
+        srv.close()
+    failed = {f["hash"] for f in first["failed_trials"]}
+    assert first["failed"] > 0 and second["failed"] == 0 and second["trials"] == 8 * S
+    assert len(again) == first["failed"] and set(again.values()) == {1}
+    table = weakspots.load(store)
+    assert len(table) == 8 * S and not table["failed"].astype(bool).any()
+    assert failed <= set(table["hash"])

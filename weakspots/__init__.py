@@ -2,8 +2,8 @@
 
 The packages live under this namespace: `weakspots.idealized` (the model studied),
 `weakspots.theory` (closed forms), `weakspots.sims` (training, flows, sweeps, store,
-command line) and `weakspots.figures`, and `weakspots.probe` (phase scans of real models; called as
-`weakspots.probe(...)` it runs one). The names below are the public API; each is
+command line), `weakspots.figures` and `weakspots.probe` (phase scans of real models;
+`weakspots.probe(...)` runs one). The names below are the public API; each is
 imported on first use, so `import weakspots` stays cheap.
 """
 

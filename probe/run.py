@@ -332,4 +332,9 @@ def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
         "store": config.store,
     }
     report.update(phase_report(scored, config.stride, config.seed))
+    # Group g's tail shift is (k + g) mod S, so at stride s the needle and tail phases are
+    # fully crossed once a cell holds a multiple of s groups (text tasks; recall has one tail).
+    for stride, stats in report["by_stride"].items():
+        stats["crossed"] = config.task != "recall" and config.trials % int(stride) == 0
+    report["crossed"] = report["by_stride"][str(report["stride"])]["crossed"]
     return report

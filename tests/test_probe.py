@@ -432,3 +432,23 @@ def test_resume_asks_the_failed_trials_again_and_only_those(tmp_path):
     table = weakspots.load(store)
     assert len(table) == 8 * S and not table["failed"].astype(bool).any()
     assert failed <= set(table["hash"])
+
+
+def test_one_scan_at_period_64_resolves_every_stride_and_finds_the_period():
+    """A weak spot at phase 5 mod 8: at stride 64 the dominant period is 8, at 4 the weak
+    phase is 1 with half the trials missing, at 8 it is phase 5 alone; 8 groups cross the
+    needle and tail phases fully at strides 4 and 8 (no tail effect there), not at 64."""
+    eight = serve(WeakSpotModel(stride=8, needle_phase=5, needle_miss=1.0, tail_phase=None),
+                  name="weak")  # fmt: skip
+    try:
+        report = _scan(eight.url, stride=(4, 8, 64), context=(400,), trials=8, concurrency=8)
+    finally:
+        eight.close()
+    by = report["by_stride"]
+    assert report["period"] == 64 and report["trials"] == 8 * 64
+    assert by["8"]["phase_accuracy"] == [1.0] * 5 + [0.0] + [1.0] * 2
+    assert by["4"]["phase_accuracy"] == [1.0, 0.5, 1.0, 1.0]
+    assert by["64"]["dominant_period"] == 8.0 and by["64"]["phase_samples"] == [8] * 64
+    assert by["8"]["tail_delta_max"] == 0.0 and by["4"]["tail_delta_max"] == 0.0
+    assert by["8"]["crossed"] and by["4"]["crossed"] and not by["64"]["crossed"]
+    assert by["8"]["tail_delta_max_p"] == 1.0

@@ -2,7 +2,8 @@
 
 The packages live under this namespace: `weakspots.idealized` (the model studied),
 `weakspots.theory` (closed forms), `weakspots.sims` (training, flows, sweeps, store,
-command line) and `weakspots.figures`. The names below are the public API; each is
+command line), `weakspots.figures` and `weakspots.probe` (phase scans of real models;
+`weakspots.probe(...)` runs one). The names below are the public API; each is
 imported on first use, so `import weakspots` stays cheap.
 """
 
@@ -42,7 +43,7 @@ _API = {
     "load_trajectory": "weakspots.sims.store",
     "plot_store": "weakspots.figures.sweep_plot",
 }
-_PACKAGES = ("idealized", "theory", "sims", "figures")
+_PACKAGES = ("idealized", "theory", "sims", "figures", "probe")  # probe is callable: a scan
 
 __all__ = sorted(_API) + list(_PACKAGES)
 

@@ -21,7 +21,7 @@ from weakspots.idealized.config import ConfigError
 
 from .common import HelpFormatter, UsageError, enable_compilation_cache
 
-VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm")
+VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm", "probe")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -492,7 +492,7 @@ def _bench_decoders(settings: BenchSettings, log: Callable[[str], None]) -> dict
 
 
 def _device_peak_mb() -> float | None:
-    stats = jax.devices()[0].memory_stats()
+    stats = jax.local_devices()[0].memory_stats()
     if not stats or "peak_bytes_in_use" not in stats:
         return None
     return stats["peak_bytes_in_use"] / 2**20

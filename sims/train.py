@@ -316,8 +316,11 @@ def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
 
 
 def device_memory(device: jax.Device | None = None) -> int | None:
-    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU."""
-    device = device or jax.devices()[0]
+    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU.
+
+    The default device is this process's first (another process's device cannot be asked).
+    """
+    device = device or jax.local_devices()[0]
     try:
         stats = device.memory_stats()
     except Exception:  # some backends do not report memory

@@ -48,6 +48,7 @@ from weakspots.sims.lm import sweep as lm_sweep
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
+from weakspots.idealized.precision import float64_module
 
 __all__ = [
     "DistributedError",
@@ -658,3 +659,6 @@ def _execute(
                 ]
             if progress is not None:  # a bucket's first batch compiles its program
                 progress.update(size, warmup=index == 0)
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -36,6 +36,7 @@ from weakspots.idealized.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
 from weakspots.sims.progress import Progress
+from weakspots.idealized.precision import float64_module
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
@@ -576,3 +577,6 @@ def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -
         steps, compiles = planned_steps(configs)
         progress.plan(steps, warmups=compiles)
     return progress
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -31,6 +31,8 @@ def run_as_user(
     assert not any(where.iterdir()) and not where.resolve().is_relative_to(ROOT)
     (where / "blocks.py").write_text(script)
     env = {**os.environ, "MPLBACKEND": "Agg"}
+    if python != sys.executable:  # another environment's weakspots, not this checkout's
+        env.pop("PYTHONPATH", None)
     return subprocess.run([python, "blocks.py"], cwd=where, env=env, capture_output=True, text=True)
 
 

@@ -35,7 +35,6 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .config import ModelConfig
-from .precision import float64_module
 
 MAX_ERLANG = 64  # chi_square sums at most this many exponentials per draw
 
@@ -224,6 +223,3 @@ def sample_batch(
     gram = scale * standard_normal(k_keys, (batch, N, s), dtype)
     gram = gram.at[jnp.arange(batch), target, phases].set(norm2)
     return Batch(target=target, phase=phases, gram=gram, rope_norms=rope_norms)
-
-
-float64_module(__name__)  # 64-bit types inside these functions only

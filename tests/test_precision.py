@@ -73,8 +73,7 @@ def test_importing_the_packages_leaves_64_bit_types_off():
 def results() -> dict[str, np.ndarray]:
     """What the public entry points return for tiny inputs, as numpy arrays."""
     from weakspots import theory
-    from weakspots.idealized.config import FlowConfig, ModelConfig, TrainConfig
-    from weakspots.idealized.task import sample_batch
+    from weakspots.idealized.config import FlowConfig, TrainConfig
     from weakspots.sims import flow, train
 
     out = {}
@@ -87,9 +86,6 @@ def results() -> dict[str, np.ndarray]:
     out["flow_weights"] = np.asarray(solved.history.pooling_weights)
     out["flow_loss"] = np.asarray(solved.history.loss)
     out["flow_t_star"] = np.asarray(solved.history.specialization_time)
-    batch = sample_batch(jax.random.key(5), ModelConfig(stride=4, chunks=8, dim=8), 16,
-                         keys=False)  # fmt: skip
-    out["batch_gram"], out["batch_target"] = np.asarray(batch.gram), np.asarray(batch.target)
     out["growth_rate"] = np.asarray(theory.growth_rate(8, np.array([20.0, 64.0]), 16.0))
     out["critical_chunks"] = np.asarray(theory.critical_chunks(16.0, 8))
     out["growth_rate_d"] = np.asarray(theory.growth_rate_finite_d(8, 64.0, 16.0, 64))

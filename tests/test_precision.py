@@ -21,14 +21,26 @@ import pytest
 pytestmark = pytest.mark.user_precision
 
 IMPORT_ALL = """
-import importlib, json, pkgutil, sys
+import importlib, json, pkgutil
 import jax
-jax.config.update("jax_enable_x64", {x64})
-jax.config.update("jax_default_matmul_precision", "{matmul}")
-before = {{k: repr(v) for k, v in jax.config.values.items()}}
+def config():
+    return {k: repr(v) for k, v in jax.config.values.items()}
+def changed(before):
+    after = config()
+    return {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+            if before.get(k) != after.get(k)}
+report = {}
+# the issue's one-liner: jax's defaults, then two packages
+before = config()
+import weakspots.idealized, weakspots.sims
+report["one_liner"] = {"x64": jax.config.jax_enable_x64, "changed": changed(before)}
+# settings away from jax's defaults, then every other module and the lazy API
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_default_matmul_precision", "highest")
+before = config()
 import weakspots
 names = []
-for package in ("idealized", "theory", "sims", "figures", "benchmarks"):
+for package in ("idealized", "theory", "sims", "figures", "benchmarks", "examples"):
     module = importlib.import_module("weakspots." + package)
     names.append(module.__name__)
     for info in pkgutil.walk_packages(module.__path__, module.__name__ + "."):
@@ -37,10 +49,9 @@ for package in ("idealized", "theory", "sims", "figures", "benchmarks"):
             names.append(info.name)
 for name in weakspots.__all__:
     getattr(weakspots, name)
-after = {{k: repr(v) for k, v in jax.config.values.items()}}
-changed = {{k: (before.get(k), after.get(k)) for k in set(before) | set(after)
-           if before.get(k) != after.get(k)}}
-print(json.dumps({{"changed": changed, "modules": len(names), "x64": jax.config.jax_enable_x64}}))
+report["everything"] = {"x64": jax.config.jax_enable_x64, "changed": changed(before),
+                        "modules": len(names)}
+print(json.dumps(report))
 """
 
 
@@ -52,22 +63,13 @@ def _python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_importing_every_module_leaves_jax_config_as_the_user_set_it():
-    """Settings away from jax's defaults (64-bit types on, say) stay as the user put them."""
-    done = _python(IMPORT_ALL.format(x64=True, matmul="highest"))
+    """At jax's defaults 64-bit types stay off; set otherwise, every setting stays as set."""
+    done = _python(IMPORT_ALL)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["changed"] == {}
-    assert report["x64"] is True
-    assert report["modules"] > 50  # every package's modules were imported
-
-
-def test_importing_the_packages_leaves_64_bit_types_off():
-    done = _python("import jax; import weakspots.idealized, weakspots.sims; "
-                   "print(jax.config.jax_enable_x64); "
-                   "import weakspots.theory, weakspots.figures, weakspots.sims.lm; "
-                   "print(jax.config.jax_enable_x64)")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "False"]  # the issue's one-liner, then the rest
+    assert report["one_liner"] == {"x64": False, "changed": {}}
+    assert report["everything"]["x64"] is True and report["everything"]["changed"] == {}
+    assert report["everything"]["modules"] > 50  # every package's modules were imported
 
 
 def results() -> dict[str, np.ndarray]:

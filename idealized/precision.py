@@ -25,7 +25,8 @@ def float64(fn: F) -> F:
     """`fn`, run with jax's 64-bit types on (`jax.enable_x64(True)`), restored afterwards.
 
     A call made where they are already on runs `fn` directly. Arrays `fn` returns keep
-    their (64-bit) dtypes.
+    their (64-bit) dtypes. jax's setting is per thread: a thread `fn` starts has them off
+    unless what it runs is wrapped too.
     """
 
     @functools.wraps(fn)

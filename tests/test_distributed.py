@@ -254,7 +254,8 @@ def test_two_processes_size_their_batches_and_a_lone_one_gives_up(tmp_path):
     for i, done in enumerate(two):
         assert done.returncode == 0, done.stderr
         summary = done.stderr.strip().splitlines()[-1]
-        assert f"over 4 device(s) in 2 processes; process {i} wrote {RUNS if i == 0 else 0}" in summary
+        wrote = RUNS if i == 0 else 0
+        assert f"over 4 device(s) in 2 processes; process {i} wrote {wrote}" in summary
     _assert_same_runs(tmp_path / "two", tmp_path / "one", TRAIN_ATOL)
     assert alone.returncode == 1, alone.stderr
     lines = [line for line in alone.stderr.splitlines() if "weakspots sweep" in line]

@@ -42,6 +42,7 @@ import jax  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from weakspots.idealized.precision import float64  # noqa: E402
 from weakspots.sims.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -316,6 +317,7 @@ class StepRelay:
             self.progress.update(1, warmup=compiling > 0.5 * event["seconds"])
 
 
+@float64
 def main(argv=None) -> int:
     args = parse(argv)
     out = Path(args.out)

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.idealized.precision import float64_module
 from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.xla import jit
@@ -492,10 +492,13 @@ def _bench_decoders(settings: BenchSettings, log: Callable[[str], None]) -> dict
 
 
 def _device_peak_mb() -> float | None:
-    stats = jax.devices()[0].memory_stats()
+    stats = jax.local_devices()[0].memory_stats()
     if not stats or "peak_bytes_in_use" not in stats:
         return None
     return stats["peak_bytes_in_use"] / 2**20
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

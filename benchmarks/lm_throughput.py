@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import train as lm_train
 
@@ -244,6 +244,9 @@ def main() -> None:
         )
 
     print(json.dumps(run(QUICK if args.quick else FULL, log), indent=1))
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized import compression, task
 from weakspots.idealized import deepseek_v4 as deepseek
 from weakspots.idealized.config import TrainConfig
@@ -125,6 +125,9 @@ def main() -> None:
     args = parser.parse_args()
     result = compare(args.operators.split(","), args.runs, args.steps, args.repeats, log=print)
     print(json.dumps(result, indent=1))
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.task import chi_square, split_key, standard_normal
 from weakspots.idealized.xla import jit
@@ -70,6 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     rate = model_steps_per_second(TrainConfig(), args.runs, args.steps)
     print(f"rng limit: {rate:.1f} model-steps/s ({args.runs} canonical runs)")
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import time
 
 import jax
 
-from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.idealized.precision import float64_module
 from weakspots.sims import sweep
 from weakspots.sims.train import train
 
@@ -51,6 +51,9 @@ def main() -> None:
     print(f"sweep (compiled, store writes):      {n / warm:8.2f} runs/s")
     print(f"one by one (compiled, no store):     {n / one_by_one:8.2f} runs/s")
     print(f"speed-up (compiled):                 {one_by_one / warm:8.1f}x")
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

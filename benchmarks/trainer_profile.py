@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy)
+from weakspots.idealized.precision import float64_module
 from weakspots.benchmarks import rng_limit
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.loss import objective
@@ -174,6 +174,9 @@ def main() -> None:
         print(f"\nkernels of run_batch ({steps.steps} steps), summed over threads:")
         for name, seconds, calls in kernels[:25]:
             print(f"{name:<40} {1e3 * seconds:9.1f} ms {calls:6d} calls")
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

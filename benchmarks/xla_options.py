@@ -20,7 +20,7 @@ from functools import partial
 import jax
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy: the trainer's 64-bit draws)
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.xla import COMPILER_OPTIONS
 from weakspots.sims import train as trainer
@@ -74,6 +74,9 @@ def main() -> None:
     print(f"options: {COMPILER_OPTIONS or 'none (XLA defaults)'}")
     result = compare(args.runs, args.steps, args.repeats, log=print)
     print(json.dumps(result, indent=1))
+
+
+float64_module(__name__)  # 64-bit types inside these functions, as the trainer draws
 
 
 if __name__ == "__main__":

@@ -1,6 +1,5 @@
-"""What is studied: configs, the retrieval task, compression operators, the model, losses, phase metrics."""
+"""What is studied: configs, the retrieval task, compression operators, the model, losses, phase metrics.
 
-import jax
-
-# Theory and gradient flows are integrated in float64; the trainer asks for float32 explicitly.
-jax.config.update("jax_enable_x64", True)
+Importing it changes no jax setting: where the project needs 64-bit types it turns them on
+inside its own functions (`idealized.precision`).
+"""

@@ -20,6 +20,7 @@ from weakspots import theory
 from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.metrics import mean_interval
 from weakspots.theory.reduced import centred_logits
+from weakspots.idealized.precision import float64_module
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 
@@ -258,3 +259,6 @@ def distance_to_reduced(dims, samples, seed=0, t_end=400.0, saves=41):
     """
     ts, finite, start = flows_from_the_trainers_start(dims, samples, seed, 0, t_end, saves)
     return np.asarray(dims), np.max(np.abs(finite - reduced_weights(start, ts)), axis=(1, 2, 3))
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -37,6 +37,7 @@ from weakspots.idealized.model import initial_pooling_logits
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
+from weakspots.idealized.precision import float64_module
 
 __all__ = [
     "FlowArgs",
@@ -731,3 +732,6 @@ def finite_flow(
         phase_accuracy=acc,
     )
     return jax.tree_util.tree_map(lambda x: x[0], history) if single else history
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -41,6 +41,7 @@ from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import filter_jit, jit
 from weakspots.sims.train import DTYPE, TrainingDiverged, train_many
 from weakspots.theory import interventions as theory
+from weakspots.idealized.precision import float64_module
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
 
@@ -376,3 +377,6 @@ def compare_mitigations(
         row["overrides"] = overrides
         out[name] = row
     return out
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

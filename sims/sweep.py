@@ -48,6 +48,7 @@ from weakspots.sims.lm import sweep as lm_sweep
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
+from weakspots.idealized.precision import float64_module
 
 __all__ = [
     "DistributedError",
@@ -260,17 +261,20 @@ def run_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
 def device_memory_bytes(devices: Sequence[jax.Device] | None = None) -> int:
     """Memory one batch may take per device: `MEMORY_FRACTION` of what is free.
 
-    An accelerator reports its memory (`Device.memory_stats()`: `bytes_limit -
-    bytes_in_use`); a CPU device reports none, so its share is the host's available
-    memory (`MemAvailable`, else physical memory) over this process's devices.
+    Only this process's devices among `devices` (default: all of this process's) are
+    asked: under several processes a mesh's other devices belong to other hosts, which
+    alone can report them. An accelerator reports its memory (`Device.memory_stats()`:
+    `bytes_limit - bytes_in_use`); a CPU device reports none, so its share is the host's
+    available memory (`MemAvailable`, else physical memory) over this process's devices.
     """
-    devices = list(jax.local_devices() if devices is None else devices)
-    stats = devices[0].memory_stats()
+    here = jax.process_index()
+    local = [d for d in (jax.local_devices() if devices is None else devices)
+             if d.process_index == here] or jax.local_devices()  # fmt: skip
+    stats = local[0].memory_stats()
     if stats and "bytes_limit" in stats:
         free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
     else:
-        local = sum(d.process_index == jax.process_index() for d in devices) or 1
-        free = _host_available_bytes() // local
+        free = _host_available_bytes() // len(local)
     return max(1, int(MEMORY_FRACTION * free))
 
 
@@ -655,3 +659,6 @@ def _execute(
                 ]
             if progress is not None:  # a bucket's first batch compiles its program
                 progress.update(size, warmup=index == 0)
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -36,6 +36,7 @@ from weakspots.idealized.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
 from weakspots.sims.progress import Progress
+from weakspots.idealized.precision import float64_module
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
@@ -316,8 +317,11 @@ def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
 
 
 def device_memory(device: jax.Device | None = None) -> int | None:
-    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU."""
-    device = device or jax.devices()[0]
+    """Bytes a device can hold: its allocator's limit, or the host's available memory for a CPU.
+
+    The default device is this process's first (another process's device cannot be asked).
+    """
+    device = device or jax.local_devices()[0]
     try:
         stats = device.memory_stats()
     except Exception:  # some backends do not report memory
@@ -573,3 +577,6 @@ def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -
         steps, compiles = planned_steps(configs)
         progress.plan(steps, warmups=compiles)
     return progress
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -3,8 +3,29 @@ import os
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 import jax  # noqa: E402
-
-from weakspots import idealized  # noqa: E402,F401  (precision policy)
+import pytest  # noqa: E402
 
 # Silent broadcasting fails loudly (as in equinox's own test-suite).
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "user_precision: run with jax's 64-bit types as the process set them (off), not on",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _float64_references(request):
+    """Each test's own jax code with 64-bit types on, as its float64 references were written.
+
+    The library turns them on inside its own functions (`idealized.precision`) and leaves
+    the process's setting alone; tests marked `user_precision` (tests/test_precision.py)
+    call it with them off, as a user's process has them.
+    """
+    if request.node.get_closest_marker("user_precision"):
+        yield
+        return
+    with jax.enable_x64(True):
+        yield

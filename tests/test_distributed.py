@@ -221,6 +221,50 @@ def test_two_processes_equal_one(tmp_path):
         print(f"{kind}: {RUNS} runs, each once; largest difference from one process {largest:.2g}")
 
 
+def test_two_processes_size_their_batches_and_a_lone_one_gives_up(tmp_path):
+    """The default batch sizing under two processes; a coordinator left alone, at once.
+
+    Three processes start together: two `--distributed` ones (2 devices each, no
+    `--runs-per-device`, so each sizes its batches from its own devices' memory), and a
+    third, process 0 of another two-process job whose peer never comes. The pair must store
+    what one process on one device stores; the lone one must end in one line, in its timeout.
+    """
+    spec = tmp_path / "train.toml"
+    spec.write_text(TRAIN_SPEC)
+    ports = [free_port(), free_port()]
+
+    def distributed(store_dir, port, i, *extra):
+        return [sys.executable, "-m", "weakspots", "sweep", str(spec), "--store", str(store_dir),
+                "--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                "--process-id", str(i), *extra]  # fmt: skip
+
+    def two_cpus(port):  # the devices as a user asks for them: JAX_NUM_CPU_DEVICES
+        return {**_env(2, port), "XLA_FLAGS": "", "JAX_NUM_CPU_DEVICES": "2"}
+
+    commands = [
+        ([sys.executable, "-m", "weakspots", "sweep", str(spec), "--store",
+          str(tmp_path / "one"), "--quiet"], _env(1)),  # fmt: skip
+        *[(distributed(tmp_path / "two", ports[0], i), two_cpus(ports[0])) for i in (0, 1)],
+        (distributed(tmp_path / "alone", ports[1], 0, "--distributed-timeout", "5"),
+         two_cpus(ports[1])),  # fmt: skip
+    ]
+    start = time.monotonic()
+    one, *two, alone = _together(commands, deadline=180)
+    assert one.returncode == 0, one.stderr
+    for i, done in enumerate(two):
+        assert done.returncode == 0, done.stderr
+        summary = done.stderr.strip().splitlines()[-1]
+        wrote = RUNS if i == 0 else 0
+        assert f"over 4 device(s) in 2 processes; process {i} wrote {wrote}" in summary
+    _assert_same_runs(tmp_path / "two", tmp_path / "one", TRAIN_ATOL)
+    assert alone.returncode == 1, alone.stderr
+    lines = [line for line in alone.stderr.splitlines() if "weakspots sweep" in line]
+    assert len(lines) == 1 and "not every process connected" in lines[0], alone.stderr
+    assert "within 5s" in lines[0] and "--distributed-timeout" in lines[0]
+    assert time.monotonic() - start < 180
+    assert store.completed_hashes(tmp_path / "alone") == set()
+
+
 @pytest.mark.slow  # two jax processes: about 15 s each on 2 loaded cores
 def test_a_peer_that_never_arrives_ends_the_wait(tmp_path):
     """Process 0 without process 1, and process 1 without a coordinator: exit 1, one line."""

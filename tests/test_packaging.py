@@ -152,6 +152,10 @@ def test_wheel_holds_every_module_under_weakspots(wheel):
     assert "weakspots/sims/experiments/__init__.py" in expected  # the walk sees subpackages
     assert not expected - modules, f"missing from the wheel: {sorted(expected - modules)}"
     assert not modules - expected, f"in the wheel, not in the source: {sorted(modules - expected)}"
+    # and the files read at run time: the recorded decoder runs and the example specs
+    data = {f"weakspots/sims/lm/runs/{p.name}" for p in (ROOT / "sims/lm/runs").glob("*.json")}
+    data |= {f"weakspots/examples/{p.name}" for p in (ROOT / "examples").glob("*.toml")}
+    assert len(data) > 10 and not data - code, f"missing from the wheel: {sorted(data - code)}"
 
 
 def test_installed_wheel_is_not_shadowed_by_user_packages(wheel, tmp_path):
@@ -172,3 +176,43 @@ def test_source_checkout_is_not_shadowed_by_user_packages(tmp_path):
     out = _run_beside_decoys(_decoy_folder(tmp_path / "project"), ROOT)
     files = [line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("FILE")]
     assert files and all(Path(f).is_relative_to(ROOT) for f in files), out
+
+
+# The cheapest `weakspots check --quick` that reads every kind of package data: the decoder
+# experiments read the recorded runs (sims/lm/runs/), readout_exact trains and integrates.
+CHECK = ["check", "--quick", "--only", "lm_mechanism", "lm_mitigations", "readout_exact"]
+
+
+@pytest.mark.slow  # pip installs every dependency into a fresh venv: about 7 min, then 3
+def test_wheel_in_a_fresh_venv_runs_check_and_the_readme(wheel, tmp_path):
+    """The wheel alone (no checkout on the path, no system site-packages), from an empty folder."""
+    from test_readme import README, README_CLAIMS, python_blocks, run_as_user
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = venv / "bin" / "python"
+    # dependencies from the index pip is configured with (a local mirror where there is one)
+    proc = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", wheel], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    user = tmp_path / "user"
+    user.mkdir()
+    where = subprocess.run(
+        [python, "-c", "import weakspots.sims.lm.study as s; print(s.RECORDED)"],
+        cwd=user, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert where.returncode == 0, where.stderr[-3000:]
+    assert Path(where.stdout.strip()).is_relative_to(venv)  # the installed copy's data
+    check = subprocess.run(
+        [venv / "bin" / "weakspots", *CHECK, "--quiet"],
+        cwd=user, env={**env, "MPLBACKEND": "Agg"}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
+    assert "0 failing" in check.stdout.splitlines()[-1]
+    readme = tmp_path / "readme"
+    readme.mkdir()
+    proc = run_as_user(python_blocks(README) + README_CLAIMS, readme, python=str(python))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "README CLAIMS HOLD" in proc.stdout

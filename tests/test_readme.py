@@ -23,15 +23,17 @@ def python_blocks(markdown: Path) -> str:
     return "\n".join(re.findall(r"^```python\n(.*?)^```", markdown.read_text(), re.M | re.S))
 
 
-def run_as_user(script: str, where: Path) -> subprocess.CompletedProcess:
-    """Run `script` from `where` (a fresh folder holding the repository's examples/), as a
-    user who copied the blocks into a file would; matplotlib draws headless."""
-    (where / "examples").symlink_to(ROOT / "examples")
+def run_as_user(
+    script: str, where: Path, python: str = sys.executable
+) -> subprocess.CompletedProcess:
+    """Run `script` from `where`, an empty folder outside the repository, as a user who
+    copied the blocks into a file would; matplotlib draws headless."""
+    assert not any(where.iterdir()) and not where.resolve().is_relative_to(ROOT)
     (where / "blocks.py").write_text(script)
     env = {**os.environ, "MPLBACKEND": "Agg"}
-    return subprocess.run(
-        [sys.executable, "blocks.py"], cwd=where, env=env, capture_output=True, text=True
-    )
+    if python != sys.executable:  # another environment's weakspots, not this checkout's
+        env.pop("PYTHONPATH", None)
+    return subprocess.run([python, "blocks.py"], cwd=where, env=env, capture_output=True, text=True)
 
 
 # Appended to the README's blocks, in their namespace: the README's claims, checked against

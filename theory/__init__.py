@@ -1,7 +1,5 @@
 """Closed-form and semi-analytic predictions, and the reduced gradient-flow loss."""
 
-import weakspots.idealized as _idealized  # noqa: F401  (sets the precision policy)
-
 from .accuracy import delta_max as delta_max
 from .accuracy import needle_accuracy as needle_accuracy
 from .accuracy import phase_accuracy as phase_accuracy

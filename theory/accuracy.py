@@ -25,6 +25,7 @@ import numpy as np
 from jax.scipy.special import log_ndtr
 
 from .quadrature import chi_nodes, normal_nodes
+from weakspots.idealized.precision import float64_module
 
 
 def _beats_max_of_distractors(margin, chunks):
@@ -141,3 +142,6 @@ def psc_std(accuracy):
     """std_phi(acc) / mean_phi(acc) (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
     accuracy = np.asarray(accuracy)
     return accuracy.std(axis=-1) / accuracy.mean(axis=-1)
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -50,6 +50,7 @@ from weakspots.idealized.xla import jit
 from .finite_d import critical_chunks_finite_d, growth_rate_finite_d
 from .gradient_noise import loss_derivatives, problem_gradients, problem_sample
 from .support import interpolated_finite_d_loss, per_phase_loss_coefficients
+from weakspots.idealized.precision import float64_module
 
 DRAWS = 20000  # Gaussian draws for the delta_max mixture
 
@@ -509,3 +510,6 @@ def escape_boundary_curve(stride, gains, dim, lr, batch, steps, samples=2**12, s
         "chunks": [r["chunks"] for r in rows],
         "critical_chunks_finite_d": [r["critical_chunks_finite_d"] for r in rows],
     }
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

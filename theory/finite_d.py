@@ -39,6 +39,7 @@ from weakspots.idealized.xla import jit
 
 from .quadrature import chi_nodes_traced, normal_nodes
 from .thresholds import growth_rate
+from weakspots.idealized.precision import float64_module
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.
@@ -188,3 +189,6 @@ def critical_gain_finite_d(chunks, stride, dim, low=1.0, high=200.0):
     beta < beta_c(d). nan if lambda_d keeps its sign on [low, high].
     """
     return _sign_change(lambda g: growth_rate_finite_d(stride, chunks, g, dim), low, high)
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -17,6 +17,7 @@ import numpy as np
 
 from weakspots.idealized.loss import retrieval_loss
 from weakspots.idealized.xla import jit
+from weakspots.idealized.precision import float64, float64_module
 
 
 def problem_sample(stride, chunks, dim, samples, seed):
@@ -41,12 +42,14 @@ def _per_problem(logits_a, gram, target, gain, loss):
     return jax.vmap(grad, (None, 0, 0, None, None))(logits_a, gram, target, gain, loss)
 
 
+@float64
 @functools.partial(jit, static_argnums=4)
 def problem_gradients(logits_a, gram, target, gain, loss):
     """Per-problem gradients (P, s) of problem_loss at logits (s,) on a sample (problem_sample)."""
     return _per_problem(logits_a, gram, target, gain, loss)
 
 
+@float64
 @functools.partial(jit, static_argnums=4)
 def loss_derivatives(logits_a, gram, target, gain, loss):
     """(sample-mean loss, its Hessian (s, s), per-problem gradients (P, s)) at logits (s,)."""
@@ -57,3 +60,6 @@ def loss_derivatives(logits_a, gram, target, gain, loss):
 
     grads = _per_problem(logits_a, gram, target, gain, loss)
     return mean_loss(logits_a), jax.hessian(mean_loss)(logits_a), grads
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -53,6 +53,7 @@ from weakspots.idealized.xla import jit
 from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import rope_attenuation_at
+from weakspots.idealized.precision import float64_module
 
 DRAWS = 16384  # contexts per phase: binomial error sqrt(acc (1 - acc) / DRAWS) <= 0.004
 BLOCK = 2048  # contexts drawn at once
@@ -443,3 +444,6 @@ def chunking_cost(stride, heads=1, overlap=False, offset_ensemble=1, stagger=Fal
         "compress_compute": float(k * (2 if overlap else 1)),
         "attention_compute": float(k),
     }
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

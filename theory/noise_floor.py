@@ -49,6 +49,7 @@ from .accuracy import needle_accuracy
 from .gradient_noise import loss_derivatives, problem_sample
 from .needle_mass import mse_drive, sigma_n
 from .thresholds import growth_rate
+from weakspots.idealized.precision import float64_module
 
 MOMENT_SAMPLES = 2**16  # Monte Carlo problems for kappa and c at finite d
 DRAWS = 20000  # Gaussian draws for the delta_max distribution
@@ -212,3 +213,6 @@ def delta_max_distribution(pooling_sd, eval_sd, stride, seeds=1, level=0.9, draw
         "delta_max_interval": tuple(float(q) for q in np.quantile(single, tails)),
         "mean_of_seeds_interval": tuple(float(q) for q in np.quantile(averaged, tails)),
     }
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

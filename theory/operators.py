@@ -57,6 +57,7 @@ from scipy.special import betainc
 
 from .quadrature import chi_nodes, normal_nodes
 from .reduced import retrieval_probability
+from weakspots.idealized.precision import float64_module
 
 #: m0 where N_c(m0) is smallest: d/dm log((2m+1) e^m / (m-1)) = 0, i.e. 2m^2 - m - 4 = 0.
 WORST_LOGIT = (1.0 + math.sqrt(33.0)) / 4.0
@@ -159,3 +160,6 @@ def normalised_phase_accuracy(pooling_weights, chunks, dim, nodes=32):
     cdf = betainc(half, half, np.clip(0.5 * (1.0 + cos), 0.0, 1.0))
     win = np.exp((chunks - 1.0) * np.log(np.maximum(cdf, 1e-300)))
     return np.einsum("pijk,i,j,k->p", win, w_rho, w_z, w_w)[where.reshape(alpha.shape)]
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -20,6 +20,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from weakspots.idealized.precision import float64_module
 
 
 def _read_only(*arrays):
@@ -83,3 +84,6 @@ def log_chi_mean(dof):
         digamma += 1.0 / x
         x += 1.0
     return 0.5 * (math.log(2.0) + digamma)
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

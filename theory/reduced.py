@@ -9,6 +9,7 @@ one function of ``(pooling_logits, gain)`` whichever way the gain moves.
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+from weakspots.idealized.precision import float64_module
 
 PoolingLogits = Float[Array, "heads stride"]
 PoolingWeights = Float[Array, "heads stride"]
@@ -91,3 +92,6 @@ def specialization_order(pooling_logits: PoolingLogits):
     """
     centred = centred_logits(jnp.asarray(pooling_logits))
     return jnp.sqrt(jnp.sum(centred**2, axis=(-2, -1)))
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

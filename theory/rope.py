@@ -18,6 +18,7 @@ import numpy as np
 
 from weakspots.idealized.rope import ROPE_THETA
 from weakspots.idealized.rope import rope_frequencies as rope_frequencies
+from weakspots.idealized.precision import float64_module
 
 
 def rope_attenuation_at(relative, rope_dim, dim, rope_theta=ROPE_THETA, *, xp=np):
@@ -54,3 +55,6 @@ def rope_weak_phases(stride, rope_dim, dim, support_size, rope_theta=ROPE_THETA)
     weak = np.ones(stride, dtype=bool)
     weak[keep] = False
     return weak
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

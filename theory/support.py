@@ -50,6 +50,7 @@ from .needle_mass import mse_curvature, mse_drive, sigma_n
 from .quadrature import chi_nodes_traced
 from .reduced import reduced_loss
 from .thresholds import growth_rate
+from weakspots.idealized.precision import float64_module
 
 
 def internal_rate(stride, chunks, gain, support_size):
@@ -435,3 +436,6 @@ def finite_d_support_loss(stride, chunks, gain, dim, support_size):
     weights = jnp.asarray(np.where(np.arange(s) < k, 1.0 / k, 0.0))
     coefficients = jnp.asarray(per_phase_loss_coefficients(chunks, gain, dim))
     return float(jnp.mean(_surrogate_terms(weights, coefficients)[0]))
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

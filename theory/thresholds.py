@@ -30,6 +30,7 @@ from weakspots.idealized.xla import jit
 from .needle_mass import sigma_n
 from .quadrature import log_chi_mean
 from .reduced import LOSSES, centred_logits, reduced_loss
+from weakspots.idealized.precision import float64_module
 
 
 def _sigma_derivatives(margin, chunks):
@@ -256,3 +257,6 @@ def specialization_time(
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if excess(mid) < 0 else (lo, mid)
     return 0.5 * (lo + hi) + tau
+
+
+float64_module(__name__)  # 64-bit types inside these functions only

@@ -42,6 +42,7 @@ _API = {
     "load": "weakspots.sims.store",
     "load_trajectory": "weakspots.sims.store",
     "plot_store": "weakspots.figures.sweep_plot",
+    "example": "weakspots.examples",
 }
 _PACKAGES = ("idealized", "theory", "sims", "figures", "probe")  # probe is callable: a scan
 

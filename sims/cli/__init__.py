@@ -18,6 +18,7 @@ import sys
 
 from weakspots import __version__
 from weakspots.idealized.config import ConfigError
+from weakspots.idealized.precision import float64
 
 from .common import HelpFormatter, UsageError, enable_compilation_cache
 
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@float64  # as every verb computed before jax's 64-bit switch left import time
 def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit code.
 

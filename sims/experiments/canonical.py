@@ -16,6 +16,7 @@ import numpy as np
 
 from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.loss import batch_correct
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import sample_batch
 from weakspots.idealized.xla import filter_jit
 from weakspots.sims.experiments.experiment import Budget
@@ -82,3 +83,6 @@ def correct_at_phase(model, key, config, samples, phase):
     """Whether each of `samples` needles at `phase` is retrieved, and their target chunks."""
     batch = sample_batch(key, config, samples, keys=False, phase=phase, dtype=DTYPE)
     return batch_correct(model, batch), batch.target
+
+
+float64_module(__name__)  # 64-bit types inside these functions (also in train_planned's threads)

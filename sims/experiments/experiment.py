@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.precision import float64
 from weakspots.sims import store
 
 Kind = Literal["prediction", "consistency", "fit"]
@@ -209,6 +210,11 @@ class Experiment:
     figure: Callable[[dict, dict], Any] | None = None
     caption: tuple[str, ...] = ()
     tables: Callable[[dict, dict], list[Table]] | None = None
+
+    def __post_init__(self):
+        for part in ("run", "predict", "rows", "tables"):  # float64 as the theory needs
+            if getattr(self, part) is not None:
+                object.__setattr__(self, part, float64(getattr(self, part)))
 
     def replace(self, **changes) -> Experiment:
         return dataclasses.replace(self, **changes)

@@ -29,7 +29,7 @@ SIZES: dict[str, dict] = {
                     eval_every=100, batch=32, eval_samples=8),
         seeds=2,
     ),
-    # the configuration of docs/lm_runs/mean_pool_s4_p8.json and none_s4_p8.json
+    # the configuration of sims/lm/runs/mean_pool_s4_p8.json and none_s4_p8.json
     "full": dict(config=dict(pairs=8, steps=2000, eval_samples=64), seeds=4),
 }  # fmt: skip
 """Per size: the compressed design's `LMConfig` fields (the control adds `operator="none"`) and seeds."""

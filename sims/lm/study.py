@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
-import pathlib
+from importlib import resources
 
 import jax
 import numpy as np
@@ -33,7 +33,7 @@ from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
 
-RECORDED = pathlib.Path(__file__).resolve().parents[2] / "docs" / "lm_runs"
+RECORDED = resources.files("weakspots.sims.lm") / "runs"  # package data: ships in the wheel
 SEEDS = 2
 _RUN = dict(seq_len=128, pairs=4, d_model=64, steps=1000, eval_every=250)
 DESIGNS: dict[str, dict] = {

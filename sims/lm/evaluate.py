@@ -60,16 +60,17 @@ def evaluation_set(
 ) -> EvaluationSet:
     """`samples` placements for every value start of `recall.value_starts(task)`.
 
-    From `seed` alone (`run=None`: the shared set), or from `(seed, run)` for the run trained
-    with seed `run` (its own set). `key_start` and `value_start` are the same for every `run`;
-    the other facts' placements differ. Drawn once per argument tuple (cached).
+    From `seed` alone (`run=None`: the shared set), or for the run trained with seed `run`
+    from child `run` of `seed`'s `numpy.random.SeedSequence` (its own set). `key_start` and
+    `value_start` are the same for every `run`; the other facts' placements differ. Drawn once per argument tuple (cached).
     """
     return _evaluation_set(task, samples, seed, run)
 
 
 @functools.lru_cache(maxsize=32)
 def _evaluation_set(task: RecallTask, samples: int, seed: int, run: int | None) -> EvaluationSet:
-    rng = np.random.default_rng(seed if run is None else (seed, run))
+    entropy = np.random.SeedSequence(seed, spawn_key=() if run is None else (run,))
+    rng = np.random.default_rng(entropy)
     values = np.repeat(value_starts(task), samples)
     starts = np.stack([placed_starts(rng, task, int(v) - task.key_len) for v in values])
     return EvaluationSet(starts, values - task.key_len, values)
@@ -168,7 +169,9 @@ def clustered(outcomes: np.ndarray, labels: np.ndarray, groups: int) -> dict:
     outcomes = np.asarray(outcomes, np.float64).reshape(-1, labels.size)
     keep = labels >= 0
     n = np.bincount(labels[keep], minlength=groups)
-    hits = np.stack([np.bincount(labels[keep], weights=o[keep], minlength=groups) for o in outcomes])
+    hits = np.stack(
+        [np.bincount(labels[keep], weights=o[keep], minlength=groups) for o in outcomes]
+    )
     per_seed = hits / np.maximum(n, 1)
     return {
         "accuracy": hits.sum(axis=0) / np.maximum(outcomes.shape[0] * n, 1),

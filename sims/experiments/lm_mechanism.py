@@ -142,7 +142,8 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         out.append(
             (
                 f"{name}: {c['operator']} s={c['stride']}, T={c['seq_len']}, P={c['pairs']}, "
-                f"key_len={c['key_len']}, {c['steps']} steps, seeds {report['seeds']}",
+                f"key_len={c['key_len']}, {c['steps']} steps, seeds {report['seeds']}; "
+                f"intervals: {report.get('interval', 'wilson, seeds pooled')}",
                 _phase(report, found["worst_phase"]),
                 _phase(report, found["best_phase"]),
                 f"{found['delta_max']:.3f} [{report['delta_max_noise_floor']:.3f}]",
@@ -154,8 +155,10 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         )
     note = (
         "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in docs/lm_runs/ at the "
-        "quick budget, retrained at full): the worst and best value phase with 95% Wilson "
-        "intervals (outcomes pooled over seeds), delta_max against its 95% noise floor, "
+        "quick budget, retrained at full): the worst and best value phase with 95% intervals "
+        "(the seeds as clusters where the report holds per-seed accuracies, as the design column says; "
+        "Wilson with outcomes pooled over seeds in older recordings), delta_max against its "
+        "95% noise floor (the same), "
         "straddling against same-window facts, and the mechanism `sims.lm.mechanism` names "
         "from the interventions (straddle: straddling facts below same-window ones and the "
         "worst phase a straddle phase; pooling specialisation: zeroing or rolling the learned "

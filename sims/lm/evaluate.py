@@ -214,6 +214,17 @@ def seed_noise_floor(per_seed_accuracy, samples) -> float:
     return pooled_noise_floor(a[0], samples)[1]
 
 
+def report_noise_floor(accuracy, samples, per_seed=None) -> float:
+    """The 95% noise floor of `delta_max` of per-phase `accuracy` (s,) on `samples` (s,)
+    sequences pooled over seeds: with the seeds' own accuracies `per_seed` `(R, s)`, the
+    seeds as clusters (`seed_noise_floor`); without them (reports recorded before they were
+    kept), every sequence as an independent sample (`pooled_noise_floor`)."""
+    if per_seed is None:
+        return pooled_noise_floor(accuracy, samples)[1]
+    per_seed = np.asarray(per_seed, np.float64)
+    return seed_noise_floor(per_seed, np.asarray(samples) // per_seed.shape[0])
+
+
 def seed_phase_statistics(per_seed_accuracy, samples) -> dict:
     """The seed-cluster statistics of per-phase accuracies `(R, s)`, each seed's phase on
     `samples[p]` sequences of its own: `phase_accuracy` (mean over seeds), its 95% intervals

@@ -397,8 +397,8 @@ def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, st
 
     `clean`, `intervened`: `(R, M)` outcomes; `phase`: `(M,)` labels in `range(stride)`
     (rows with label -1 are left out). Returns `drop` (s,), `drop_ci` (s, 2),
-    `drop_per_seed` (R, s), `accuracy` (s,) and `accuracy_ci` (s, 2) of the intervened model
-    (with R > 1 the runs as clusters, `evaluate.clustered`).
+    `drop_per_seed` (R, s), `accuracy` (s,), `accuracy_ci` (s, 2) (with R > 1 the runs as
+    clusters, `evaluate.clustered`) and `accuracy_per_seed` (R, s) of the intervened model.
     """
     drop, ci = np.zeros(stride), np.zeros((stride, 2))
     per_seed = np.zeros((clean.shape[0], stride))
@@ -415,6 +415,7 @@ def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, st
         "drop_per_seed": per_seed.tolist(),
         "accuracy": acc["accuracy"].tolist(),
         "accuracy_ci": acc["ci"].tolist(),
+        "accuracy_per_seed": acc["per_seed"].tolist(),
     }
 
 

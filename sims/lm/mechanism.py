@@ -18,7 +18,8 @@ Activation patching (`interventions.patch_entries`) says where the weak spot liv
 copying the weak-phase fact's compressed entries from a world where the same fact sits
 at the best phase restores the accuracy (it was written into the entries) or does not
 (it is in how the query reads them). `verdict` names every mechanism whose test passes;
-`none` when there is no weak spot beyond the Wilson intervals, `unexplained` when there is
+`none` when there is no weak spot beyond the intervals (`phase_accuracy_ci`: seeds as
+clusters in reports from `interventions.ablate_lm`), `unexplained` when there is
 one and no test passes (`unexplained, in the entries` when patching locates it in the
 compressed entries all the same).
 
@@ -270,7 +271,7 @@ def verdict(found: dict) -> str:
 def shown_by(found: dict) -> str:
     """One line naming the interventions and measurements behind `verdict(found)`."""
     if not found["weak_spot"]:
-        return f"no weak spot beyond the Wilson intervals (delta_max {found['delta_max']:.3f})"
+        return f"no weak spot beyond the intervals (delta_max {found['delta_max']:.3f})"
     parts = []
     st = found["straddle"]
     if st["passes"]:

@@ -28,7 +28,7 @@ from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import phase_summary, pooled_noise_floor
+from weakspots.sims.lm.evaluate import phase_summary, report_noise_floor
 from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
@@ -96,9 +96,14 @@ def judged(config: LMConfig, out: dict) -> dict:
 
 def derived(out: dict) -> dict:
     """`out` with the quantities derived from a report's own numbers added: the 95% noise
-    floor of its `delta_max` (`evaluate.pooled_noise_floor`) and the support size per run and head of the compressed layer's
-    pooling weights (`idealized.metrics.support_size`; None without learned weights)."""
-    _, out["delta_max_noise_floor"] = pooled_noise_floor(out["phase_accuracy"], out["samples"])
+    floor of its `delta_max` (`evaluate.report_noise_floor`: seeds as clusters where the report
+    holds `phase_accuracy_per_seed`, else pooled), `interval` (how its intervals were made) and
+    the support size per run and head of the compressed layer's pooling weights
+    (`idealized.metrics.support_size`; None without learned weights)."""
+    out["delta_max_noise_floor"] = report_noise_floor(
+        out["phase_accuracy"], out["samples"], out.get("phase_accuracy_per_seed")
+    )
+    out.setdefault("interval", "wilson, seeds pooled")
     layer = out["margins"]["layer"] if out["margins"] else None
     weights = out["pooling_weights"][layer] if layer is not None else None
     out["support_size"] = None if weights is None else metrics.support_size(weights).tolist()
@@ -191,19 +196,22 @@ TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
 
 
 def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
-    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, pooled):
-    `evaluate.phase_summary`, the protocol of `report`'s `phase_accuracy` (far facts, 95%
-    Wilson intervals), with `delta_max` and its 95% noise floor."""
+    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, each run
+    on its own sequences): `evaluate.phase_summary`, the protocol of `report`'s
+    `phase_accuracy` (far facts; with R > 1 the seeds as clusters), with `delta_max`, its
+    interval and its 95% noise floor."""
     found = phase_summary(config, outcomes)
     acc, samples = np.asarray(found["phase_accuracy"]), np.asarray(found["phase_samples"])
-    pooled, floor = pooled_noise_floor(acc, samples)
     return {
         "phase_accuracy": acc.tolist(),
         "phase_accuracy_ci": found["phase_accuracy_ci"],
+        "phase_accuracy_per_seed": found["phase_accuracy_per_seed"],
+        "interval": found["interval"],
         "samples": samples.tolist(),
-        "mean_accuracy": pooled,
+        "mean_accuracy": float((acc * samples).sum() / max(samples.sum(), 1)),
         "delta_max": float(np.ptp(acc)),
-        "delta_max_noise_floor": floor,
+        "delta_max_ci": found["delta_max_ci"],
+        "delta_max_noise_floor": found["delta_max_noise_floor"],
     }
 
 

@@ -52,7 +52,8 @@ def test_each_seed_has_its_own_evaluation_set_drawn_deterministically():
     np.testing.assert_array_equal(again.starts, sets[1].starts)
     legacy = evaluate.evaluation_set(task, n, seed)  # drawn again from default_rng(eval_seed)
     np.testing.assert_array_equal(legacy.starts, shared.starts)
-    draw = jax.jit(lambda key: placed_batch(key, task, jax.numpy.asarray(shared.starts[:8])).tokens)
+    rows = jax.numpy.asarray(shared.starts[:8])
+    draw = jax.jit(lambda key: placed_batch(key, task, rows).tokens)
     tokens = [np.asarray(draw(evaluate.token_key(seed, run))) for run in (None, 0, 1, 1)]
     assert not np.array_equal(tokens[0], tokens[1]) and not np.array_equal(tokens[1], tokens[2])
     np.testing.assert_array_equal(tokens[2], tokens[3])

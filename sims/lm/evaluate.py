@@ -42,6 +42,7 @@ from weakspots.idealized.recall import placed_batch, placed_starts, value_starts
 from weakspots.sims.lm.train import first_query_correct, jit
 
 EVAL_CHUNK = 128  # sequences per forward pass in evaluation (bounds memory)
+EVALUATION = "own sequences per seed"  # how `LMResult.outcomes` are drawn (kept in checkpoints)
 NOISE_FLOOR_DRAWS = 20000
 NOISE_FLOOR_LEVEL = 0.95
 

@@ -210,6 +210,8 @@ def seed_noise_floor(per_seed_accuracy, samples) -> float:
     `(R, s)`: the seeds as clusters (`metrics.cluster_range_floor`); one seed, the binomial
     floor of its `samples` per phase (`delta_max_noise_floor`)."""
     a = np.asarray(per_seed_accuracy, np.float64)
+    if a.shape[1] < 2:  # one phase: delta_max is 0
+        return 0.0
     if a.shape[0] > 1:
         return metrics.cluster_range_floor(a, NOISE_FLOOR_LEVEL)
     return pooled_noise_floor(a[0], samples)[1]

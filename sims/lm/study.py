@@ -11,6 +11,11 @@ recorded in `docs/lm_runs/ablate_<name>.json` (each holds its config and seeds; 
 is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
 minutes each on two CPU cores; `full` retrains every design and measures it again
 (trained decoders are kept in the `sims.lm.checkpoint` cache).
+
+Statistics: a report's intervals and noise floor take the seeds as clusters where it holds
+each seed's accuracies (`phase_accuracy_per_seed`, written by `interventions.ablate_lm`);
+recordings made before it did keep their Wilson intervals of outcomes pooled over seeds,
+and their `interval` field says so.
 """
 
 from __future__ import annotations

@@ -43,4 +43,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("lm_family", run, predict, rows, version=1, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_family", run, predict, rows, version=2, figure=drawn_in_figures)

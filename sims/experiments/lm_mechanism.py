@@ -23,7 +23,7 @@ MECHANISM_DESIGNS = ("mean_s4_p8", "mean_s8_p8", "mean_s8", "softmax_s8", "dsv4_
 KEPT = (
     "config", "seeds", "phase_accuracy", "phase_accuracy_ci", "samples", "straddle", "effect",
     "effect_ci", "components", "patch", "pooling_weights", "margins", "evidence", "verdict",
-    "shown_by", "delta_max_noise_floor", "support_size",
+    "shown_by", "delta_max_noise_floor", "support_size", "interval", "phase_accuracy_per_seed",
 )  # fmt: skip
 
 
@@ -176,5 +176,5 @@ def tables(results: dict, predictions: dict) -> list[Table]:
 
 
 EXPERIMENT = Experiment(
-    "lm_mechanism", run, predict, rows, version=1, figure=drawn_in_figures, tables=tables
+    "lm_mechanism", run, predict, rows, version=2, figure=drawn_in_figures, tables=tables
 )

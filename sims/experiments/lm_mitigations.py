@@ -169,4 +169,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out + trained_rows(results, predictions)
 
 
-EXPERIMENT = Experiment("lm_mitigations", run, predict, rows, version=2, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_mitigations", run, predict, rows, version=3, figure=drawn_in_figures)

@@ -72,4 +72,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("lm_position", run, predict, rows, version=1, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_position", run, predict, rows, version=2, figure=drawn_in_figures)

@@ -165,6 +165,20 @@ def recorded(name: str) -> dict:
     return derived(judged(design, out))  # judged by today's rules
 
 
+def rerecorded(name: str) -> dict | None:
+    """Design `name` measured again with each seed's accuracies kept (seed-cluster intervals),
+    as recorded in `docs/lm_runs/ablate_<name>_rerecorded.json` beside its first report
+    (whose decoders other recordings share), judged as `recorded` does; None if absent."""
+    path = RECORDED / f"ablate_{name}_rerecorded.json"
+    if not path.exists():
+        return None
+    out = json.loads(path.read_text())
+    design = config(name, "full")
+    if not _same_config(out["config"], design):
+        raise ValueError(f"{path} records another config")
+    return derived(judged(design, out))
+
+
 def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
     """The offset-ensemble mitigation on design `name`'s trained decoders, per ensemble size K
     (`interventions.offset_ensemble`), with the intact per-phase accuracy beside it."""

@@ -192,6 +192,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
                 _phase(report, report["evidence"]["worst_phase"]),
                 _phase(report, report["evidence"]["best_phase"]),
                 f"{report['evidence']['delta_max']:.3f} [{report['delta_max_noise_floor']:.3f}]",
+                "yes" if report["evidence"]["beyond_noise_floor"] else "no",
                 report["verdict"],
             )
             for name, report in again.items()
@@ -201,11 +202,14 @@ def tables(results: dict, predictions: dict) -> list[Table]:
             "(`docs/lm_runs/ablate_<design>_rerecorded.json`, the same command): the first "
             "recording's verdict and delta_max [noise floor] (Wilson, outcomes pooled over "
             "seeds) beside the new decoders' with the seeds as clusters (per-phase Student-t "
-            "intervals over the seeds, Tukey's noise floor over the seeds)."
+            "intervals over the seeds, Tukey's noise floor over the seeds). The verdict asks "
+            "for the worst phase's interval wholly below the best one's; with two seeds (t "
+            "with one degree of freedom) that rarely happens, while Tukey's test of the same "
+            "gap pools the seeds x phases spread over every phase (column `beyond floor`)."
         )
         columns = (
             "design", "first verdict (pooled)", "first delta_max [floor]", "worst phase",
-            "best phase", "delta_max [floor]", "verdict, seeds as clusters",
+            "best phase", "delta_max [floor]", "beyond floor", "verdict, seeds as clusters",
         )  # fmt: skip
         tables.append(Table("Mechanism verdicts with the seeds as clusters", columns, rows, note))
     return tables

@@ -42,6 +42,7 @@ from weakspots.idealized import metrics
 from weakspots.idealized.decoder import trace
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.recall import placed_batch
+from weakspots.sims.lm.evaluate import report_noise_floor
 from weakspots.sims.lm.interventions import Rows, evaluation_key, evaluation_rows
 from weakspots.sims.lm.train import jit, merge
 
@@ -173,8 +174,11 @@ def evidence(config: LMConfig, report: dict) -> dict:
     """Every test of the module docstring on one design's `interventions.ablate_lm` report.
 
     Returns plain values: the worst and best phase, whether the weak spot is beyond the
-    intervals, and per mechanism its test's outcome (None where the design lacks the
-    component) with the numbers that decided it.
+    intervals (`weak_spot`, which decides the verdict) and whether `delta_max` is beyond its
+    95% noise floor (`beyond_noise_floor`: Tukey's test over the seeds where the report holds
+    per-seed accuracies, a sharper test of a phase effect than separated intervals with few
+    seeds; None for a report without `samples`), and per mechanism its test's outcome (None where the design lacks the component)
+    with the numbers that decided it.
     """
     acc = np.asarray(report["phase_accuracy"])
     ci = np.asarray(report["phase_accuracy_ci"])
@@ -194,11 +198,15 @@ def evidence(config: LMConfig, report: dict) -> dict:
         same_window_weak = _separated(ci[sw_best], ci[sw_worst])
     else:
         same_window_weak = None
+    floor = None
+    if "samples" in report:
+        floor = report_noise_floor(acc, report["samples"], report.get("phase_accuracy_per_seed"))
     out = {
         "worst_phase": worst,
         "best_phase": best,
         "delta_max": float(acc[best] - acc[worst]),
         "weak_spot": weak,
+        "beyond_noise_floor": None if floor is None else bool(acc[best] - acc[worst] > floor),
         "straddle_phases": straddles,
         "straddle": {
             "straddling_below_same_window": bool(straddle_hurts),

@@ -163,7 +163,8 @@ def tables(results: dict, predictions: dict) -> list[Table]:
     note = (
         "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in docs/lm_runs/ at the "
         "quick budget, retrained at full): the worst and best value phase with 95% intervals "
-        "(the seeds as clusters where the report holds per-seed accuracies, as the design column says; "
+        "(the seeds as clusters where the report holds per-seed accuracies, as the design "
+        "column says; "
         "Wilson with outcomes pooled over seeds in older recordings), delta_max against its "
         "95% noise floor (the same), "
         "straddling against same-window facts, and the mechanism `sims.lm.mechanism` names "

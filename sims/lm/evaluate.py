@@ -63,7 +63,8 @@ def evaluation_set(
 
     From `seed` alone (`run=None`: the shared set), or for the run trained with seed `run`
     from child `run` of `seed`'s `numpy.random.SeedSequence` (its own set). `key_start` and
-    `value_start` are the same for every `run`; the other facts' placements differ. Drawn once per argument tuple (cached).
+    `value_start` are the same for every `run`; the other facts' placements differ. Drawn
+    once per argument tuple (cached).
     """
     return _evaluation_set(task, samples, seed, run)
 

@@ -177,8 +177,8 @@ def evidence(config: LMConfig, report: dict) -> dict:
     intervals (`weak_spot`, which decides the verdict) and whether `delta_max` is beyond its
     95% noise floor (`beyond_noise_floor`: Tukey's test over the seeds where the report holds
     per-seed accuracies, a sharper test of a phase effect than separated intervals with few
-    seeds; None for a report without `samples`), and per mechanism its test's outcome (None where the design lacks the component)
-    with the numbers that decided it.
+    seeds; None for a report without `samples`), and per mechanism its test's outcome (None
+    where the design lacks the component) with the numbers that decided it.
     """
     acc = np.asarray(report["phase_accuracy"])
     ci = np.asarray(report["phase_accuracy_ci"])

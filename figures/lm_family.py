@@ -6,7 +6,7 @@ from weakspots.figures.style import COLORS, figure, legend_below
 
 CAPTION = (
     "The decoder family under one training budget: delta_max (best minus worst value phase, outcomes pooled over seeds) for each compression operator at each stride, one panel per context length; 'none' is the dense control, its phases counted at the same stride.",
-    "Filled markers: the worst phase's 95% Wilson interval lies wholly below the best phase's (a weak spot beyond the intervals); hollow: not separated. Grey ticks: the delta_max noise floor of the evaluation (95% quantile with no phase effect); small dots: single seeds.",
+    "Filled markers: the worst phase's 95% interval (seeds as clusters) lies wholly below the best phase's (a weak spot beyond the intervals); hollow: not separated. Grey ticks: the delta_max noise floor (95% quantile with no phase effect, seeds as clusters); small dots: single seeds.",
 )
 
 

@@ -3,10 +3,10 @@
 import numpy as np
 
 from weakspots.figures.style import COLORS, SGD, figure, legend_below
-from weakspots.sims.lm.evaluate import pooled_noise_floor
+from weakspots.sims.lm.evaluate import report_noise_floor
 
 CAPTION = (
-    "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled, 95% Wilson intervals) of each decoder intact (black) and read under K = 2 and 4 chunkings shifted by k s / K tokens with the log-probabilities averaged (points; K forward passes per sequence); lines: the toy's prediction from the intact accuracy (theory.offset_ensemble_accuracy, the mean over the shifted phases).",
+    "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled; 95% intervals with the seeds as clusters, or Wilson with outcomes pooled in recordings without per-seed accuracies) of each decoder intact (black) and read under K = 2 and 4 chunkings shifted by k s / K tokens with the log-probabilities averaged (points; K forward passes per sequence); lines: the toy's prediction from the intact accuracy (theory.offset_ensemble_accuracy, the mean over the shifted phases).",
     "Top right: every mitigation's gap delta_max (points) against its design intact (black bars), with the 95% noise floor of the mitigated evaluation (grey). Bottom: decoders trained from scratch with a mitigation (colours) beside their design intact (black), same seeds and evaluation: stagger (head h's windows shifted h s / H tokens), the phase-entropy regulariser at two weights, and DeepSeek-V4's overlapping windows of 2s tokens. Two seeds pooled: a seed that learns recall late pulls a whole curve down (softmax_s8 with stagger; each seed's numbers are in the rows).",
 )
 TRAINED_LABELS = {
@@ -48,7 +48,7 @@ def _gaps(ax, results):
         intact = float(np.ptp(r["phase_accuracy"]))
         for k, e in r["ensembles"].items():
             acc = np.asarray(e["accuracy"])
-            _, floor = pooled_noise_floor(acc, r["samples"])
+            floor = report_noise_floor(acc, r["samples"], e.get("accuracy_per_seed"))
             items.append((f"{name} ensemble K={k}", intact, float(np.ptp(acc)), floor, 0))
     for found in results.get("trained", {}).values():
         base, mitigated = found["base"], found["mitigated"]

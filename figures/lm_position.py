@@ -6,7 +6,7 @@ from weakspots.figures.style import COLORS, figure, legend_below, wilson_yerr
 
 CAPTION = (
     "Decoders trained from scratch on multi-query associative recall: accuracy on the first query against the position of its value in the context (left) and by the value's phase p mod s (right), the compressed design (last layer reads only mean-pooled windows of s tokens) beside its dense control on the same task and budget.",
-    "Outcomes pooled over seeds; bands and bars: 95% Wilson intervals; grey lines: window boundaries. Facts in the shaded zone sit within the first query's sliding window (read without compression) and are left out of the phase statistics. The dashed lines on the right are the dense control's mean plus/minus half its delta_max noise floor (the spread of per-phase accuracies expected with no phase effect).",
+    "Outcomes pooled over seeds; bands: 95% Wilson intervals of the pooled outcomes per position; bars: 95% intervals per phase with the seeds as clusters; grey lines: window boundaries. Facts in the shaded zone sit within the first query's sliding window (read without compression) and are left out of the phase statistics. The dashed lines on the right are the dense control's mean plus/minus half its delta_max noise floor (the spread of per-phase accuracies expected with no phase effect, seeds as clusters).",
 )
 
 LABELS = {"compressed": "compressed", "dense": "dense control"}
@@ -76,7 +76,7 @@ def make(results, predictions=None):
     right.set_xticks(range(stride))
     right.set_xlabel(f"value phase (position mod {stride})")
     right.set_ylabel("accuracy")
-    right.set_title("accuracy by phase, 95% Wilson intervals", loc="left")
+    right.set_title("accuracy by phase, 95% intervals (seeds as clusters)", loc="left")
     low = min(np.min(np.asarray(d["pooled"]["phase_accuracy_ci"])) for d in designs.values())
     high = max(np.max(np.asarray(d["pooled"]["phase_accuracy_ci"])) for d in designs.values())
     pad = 0.35 * (high - low + 1e-3)

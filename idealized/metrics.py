@@ -111,6 +111,55 @@ def proportion_interval(
     return p, max(float(lo), 0.0), min(float(hi), 1.0)
 
 
+def cluster_interval(values, samples: int, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean of per-cluster proportions `values` (n,) and its interval, the clusters (seeds,
+    each scored on its own `samples` trials) as the independent units.
+
+    The Student-t interval over the clusters (`mean_interval` inside [0, 1]), widened where
+    needed to hold the Wilson interval of the `n * samples` trials pooled: the clusters'
+    spread holds their random effects and their sampling noise, and the pooled trials' noise
+    bounds it from below when the clusters agree (at the ceiling). Near nominal coverage where
+    `proportion_interval` (Wilson at an effective size with t in place of z) is conservative
+    for few clusters. One value: the Wilson interval of its trials. Returns `(mean, lo, hi)`.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    mean, lo, hi = mean_interval(v, 0.0, 1.0, confidence)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    pooled_lo, pooled_hi = wilson_interval(mean, v.size * samples, z)
+    if v.size < 2:
+        return mean, max(float(pooled_lo), 0.0), min(float(pooled_hi), 1.0)
+    return mean, max(min(lo, float(pooled_lo)), 0.0), min(max(hi, float(pooled_hi)), 1.0)
+
+
+@functools.cache
+def studentized_range_quantile(probability: float, groups: int, df: int) -> float:
+    """The `probability` quantile of the studentised range of `groups` means with `df` degrees
+    of freedom for the variance (Tukey's q; `scipy.stats.studentized_range`)."""
+    from scipy.stats import studentized_range
+
+    return float(studentized_range.ppf(probability, groups, df))
+
+
+def cluster_range_floor(values, confidence: float = 0.95) -> float:
+    """The `confidence` quantile of `max - min` of the column means of `values` `(R, s)` when
+    every column has the same mean, with the R rows (seeds) as clusters.
+
+    The rows are blocks of a two-way layout `values[r, p] = mu + a_r + b_p + e_rp` (a seed's
+    shift `a_r` cancels in differences between columns); the columns' spread is the
+    interaction mean square `MS = sum (v_rp - v_r. - v_.p + v..)^2 / ((R - 1)(s - 1))`, and
+    the floor is Tukey's `q(confidence; s, (R - 1)(s - 1)) sqrt(MS / R)`. A measured range
+    above it is beyond the seeds' noise at that level. NaN with fewer than two rows or columns.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    runs, groups = v.shape
+    if runs < 2 or groups < 2:
+        return math.nan
+    residual = v - v.mean(axis=1, keepdims=True) - v.mean(axis=0, keepdims=True) + v.mean()
+    df = (runs - 1) * (groups - 1)
+    spread = float(np.sum(residual**2)) / df
+    return studentized_range_quantile(confidence, groups, df) * math.sqrt(spread / runs)
+
+
 def delta_max(accuracy) -> float:
     """Best minus worst phase accuracy."""
     accuracy = np.asarray(accuracy)

@@ -7,9 +7,12 @@ import pytest
 from scipy import stats
 
 from weakspots.idealized.metrics import (
+    cluster_interval,
+    cluster_range_floor,
     mean_interval,
     proportion_interval,
     student_t_quantile,
+    studentized_range_quantile,
     wilson_interval,
 )
 
@@ -68,3 +71,98 @@ def test_mean_interval_is_cut_to_the_range():
     expected = stats.t.interval(0.95, 2, loc=np.mean([1.0, 2.0, 4.0]), scale=stats.sem([1, 2, 4]))
     np.testing.assert_allclose(mean_interval([1.0, 2.0, 4.0])[1:], expected, rtol=1e-10)
     assert all(math.isnan(v) for v in mean_interval([0.3])[1:])
+
+
+# ----------------------------------------------------------------------------- seeds as clusters
+
+LEVEL, SIMULATIONS = 0.95, 2000
+MC_SE = math.sqrt(LEVEL * (1 - LEVEL) / SIMULATIONS)  # sd of a coverage estimate at nominal
+
+
+def _expit(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _population_accuracy(mu, sd):
+    """E expit(mu + sd Z), Z standard normal (Gauss-Hermite, 80 nodes)."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    return float(np.sum(weights * _expit(mu + sd * nodes)) / np.sqrt(2 * np.pi))
+
+
+def _clustered_coverage(seeds, samples, seed_sd, item_sd, shared, rng):
+    """Coverage of the pooled Wilson and of `cluster_interval` for the population accuracy when
+    seed r answers item i with probability expit(mu + u_r + v_i): u_r seed random effects,
+    v_i item effects, the items shared by every seed or drawn for each seed."""
+    mu = math.log(0.8 / 0.2)
+    truth = _population_accuracy(mu, math.hypot(seed_sd, item_sd))
+    wilson = cluster = 0
+    for _ in range(SIMULATIONS):
+        u = seed_sd * rng.standard_normal((seeds, 1))
+        v = item_sd * rng.standard_normal((1 if shared else seeds, samples))
+        per_seed = (rng.random((seeds, samples)) < _expit(mu + u + v)).mean(axis=1)
+        lo, hi = wilson_interval(per_seed.mean(), seeds * samples)
+        wilson += lo <= truth <= hi
+        _, lo, hi = cluster_interval(per_seed, samples)
+        cluster += lo <= truth <= hi
+    return wilson / SIMULATIONS, cluster / SIMULATIONS
+
+
+def test_cluster_interval_covers_seeds_with_random_effects():
+    """Four seeds with random effects (sd 0.4 on the logit), each scored on its own 200
+    sequences (item effects sd 1): the pooled Wilson interval counts 800 independent trials
+    and covers about 0.6; the interval over seeds covers near nominal (3 Monte Carlo sd)."""
+    wilson, cluster = _clustered_coverage(4, 200, 0.4, 1.0, False, np.random.default_rng(1))
+    assert wilson < LEVEL - 10 * MC_SE
+    assert abs(cluster - LEVEL) < 3 * MC_SE
+
+
+def test_seeds_sharing_their_sequences_are_not_independent_clusters():
+    """The same seeds scored on one shared set whose items dominate (sd 3 against seeds' 0.2):
+    every seed sees the same hard items, the seeds' spread leaves the items' share out, and
+    the interval over seeds under-covers, which is why each seed has its own sequences."""
+    wilson, cluster = _clustered_coverage(4, 200, 0.2, 3.0, True, np.random.default_rng(2))
+    assert cluster < LEVEL - 5 * MC_SE
+    assert wilson < LEVEL - 5 * MC_SE
+
+
+def test_cluster_interval_of_agreeing_or_single_seeds_is_the_pooled_wilson():
+    _, lo, hi = cluster_interval([1.0, 1.0, 1.0, 1.0], samples=500)  # at the ceiling
+    np.testing.assert_allclose([lo, hi], wilson_interval(1.0, 2000), rtol=1e-12)
+    _, lo, hi = cluster_interval([0.3], samples=500)
+    np.testing.assert_allclose([lo, hi], wilson_interval(0.3, 500), rtol=1e-12)
+    values = [0.78, 0.80, 0.82]  # seeds apart beyond their sampling noise: t with 2 df
+    mean, lo, hi = cluster_interval(values, samples=1000)
+    half = student_t_quantile(0.975, 2) * np.std(values, ddof=1) / math.sqrt(3)
+    assert (mean, lo, hi) == pytest.approx((0.8, 0.8 - half, 0.8 + half), rel=1e-12)
+    assert hi - lo > np.ptp(wilson_interval(0.8, 3000))
+
+
+@pytest.mark.parametrize("groups, df", [(4, 3), (8, 7), (8, 21)])
+def test_studentized_range_quantile_against_monte_carlo(groups, df):
+    """P(range of `groups` standard normals / sqrt(chi2_df / df) <= q) at Tukey's q is 0.95."""
+    rng = np.random.default_rng(groups * 100 + df)
+    draws = 200_000
+    z = rng.standard_normal((draws, groups))
+    studentized = np.ptp(z, axis=1) / np.sqrt(rng.chisquare(df, draws) / df)
+    below = np.mean(studentized <= studentized_range_quantile(0.95, groups, df))
+    assert abs(below - 0.95) < 4 * math.sqrt(0.95 * 0.05 / draws)
+
+
+def test_cluster_range_floor_holds_its_level_with_seed_effects():
+    """No phase effect; each seed shifted (sd 0.4) and each seed x phase cell shifted (sd 0.3,
+    a seed's own weak phases) on the logit, 8 phases of 200 own sequences per seed. The range
+    of the seed-mean profile exceeds the floor in about 5% of experiments (3 Monte Carlo sd),
+    and the floor ignores the seeds' shifts (adding a constant per seed changes nothing)."""
+    rng = np.random.default_rng(3)
+    seeds, phases, samples, trials = 4, 8, 200, 1000
+    mu, exceed = math.log(0.8 / 0.2), 0
+    for _ in range(trials):
+        shifts = 0.4 * rng.standard_normal((seeds, 1))
+        logit = mu + shifts + 0.3 * rng.standard_normal((seeds, phases))
+        acc = rng.binomial(samples, _expit(logit)) / samples
+        exceed += np.ptp(acc.mean(axis=0)) > cluster_range_floor(acc)
+    assert abs(exceed / trials - 0.05) < 3 * math.sqrt(0.05 * 0.95 / trials)
+    assert cluster_range_floor(acc + np.arange(seeds)[:, None] * 0.01) == pytest.approx(
+        cluster_range_floor(acc), rel=1e-9
+    )
+    assert math.isnan(cluster_range_floor(acc[:1]))

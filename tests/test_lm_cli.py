@@ -53,6 +53,11 @@ def test_seeds_give_per_seed_lists_and_a_pooled_summary(capsys):
     pooled = out["pooled"]
     assert pooled["phase_samples"] == [2 * n for n in out["phase_samples"][0]]
     assert len(out["seed_spread"]["mean"]) == 4
+    # seeds as clusters: the pooled per-seed accuracies are each seed's own summary's
+    assert pooled["interval"] == "seed clusters" and len(pooled["delta_max_ci"]) == 2
+    assert pooled["phase_accuracy_per_seed"] == out["phase_accuracy"]
+    for acc, (lo, hi) in zip(pooled["phase_accuracy"], pooled["phase_accuracy_ci"], strict=True):
+        assert lo <= acc <= hi
 
 
 @pytest.mark.parametrize(

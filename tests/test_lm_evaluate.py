@@ -30,6 +30,67 @@ def test_evaluation_set_covers_every_value_position_equally():
     assert again is data  # drawn once per task
 
 
+def test_each_seed_has_its_own_evaluation_set_drawn_deterministically():
+    """Run sets share the queried fact's positions (the labels) but not the other facts'
+    placements nor the tokens; each is the same on a second draw; the shared set is the
+    draw from `eval_seed` alone."""
+    import jax
+
+    from weakspots.idealized.recall import placed_batch
+
+    task, n, seed = CONFIG.task, CONFIG.eval_samples, CONFIG.eval_seed
+    sets = [evaluate.evaluation_set(task, n, seed, run) for run in (0, 1)]
+    shared = evaluate.config_evaluation_set(CONFIG)
+    for data in sets:
+        np.testing.assert_array_equal(data.value_start, shared.value_start)
+        np.testing.assert_array_equal(data.key_start, shared.key_start)
+    assert not np.array_equal(sets[0].starts, sets[1].starts)
+    assert not np.array_equal(sets[0].starts, shared.starts)
+    evaluate._evaluation_set.cache_clear()
+    again = evaluate.evaluation_set(task, n, seed, 1)
+    assert again is not sets[1]
+    np.testing.assert_array_equal(again.starts, sets[1].starts)
+    legacy = evaluate.evaluation_set(task, n, seed)  # drawn again from default_rng(eval_seed)
+    np.testing.assert_array_equal(legacy.starts, shared.starts)
+    rows = jax.numpy.asarray(shared.starts[:8])
+    draw = jax.jit(lambda key: placed_batch(key, task, rows).tokens)
+    tokens = [np.asarray(draw(evaluate.token_key(seed, run))) for run in (None, 0, 1, 1)]
+    assert not np.array_equal(tokens[0], tokens[1]) and not np.array_equal(tokens[1], tokens[2])
+    np.testing.assert_array_equal(tokens[2], tokens[3])
+
+
+def test_seeds_are_clusters_in_the_phase_summary():
+    """Two seeds that disagree at phase 1 (one always right, one always wrong there): the
+    pooled accuracy is 0.5 as before, but the interval holds both seeds' accuracies (t with
+    1 df over the seeds) where the pooled Wilson interval is narrow; agreeing seeds give
+    the pooled Wilson interval; `delta_max_ci` spans the seeds' own gaps."""
+    good = outcomes_where(lambda v, k: np.ones_like(v, bool))
+    bad = outcomes_where(lambda v, k: v % 4 != 1)
+    out = evaluate.phase_summary(CONFIG, np.stack([good, bad]))
+    assert out["phase_accuracy"][1] == 0.5 and out["interval"] == "seed clusters"
+    assert out["phase_accuracy_per_seed"] == [[1.0] * 4, [1.0, 0.0, 1.0, 1.0]]
+    assert out["phase_accuracy_ci"][1] == pytest.approx([0.0, 1.0])
+    n = out["phase_samples"][1]
+    wilson = evaluate.wilson(np.array(n // 2), np.array(n))
+    assert np.ptp(wilson) < 0.5
+    n0 = out["phase_samples"][0]
+    assert out["phase_accuracy_ci"][0] == pytest.approx(
+        evaluate.wilson(np.array(n0), np.array(n0)).tolist()
+    )  # agreeing seeds at the ceiling
+    low, high = out["delta_max_ci"]
+    assert low <= 0.0 and high >= 1.0 and out["interval_gap"] < 0
+    single = evaluate.phase_summary(CONFIG, bad)
+    assert single["interval"] == "wilson" and single["delta_max_ci"] is None
+
+
+def test_seed_noise_floor_is_the_binomial_floor_for_one_seed():
+    acc, samples = np.array([[0.9, 0.8, 0.85, 0.95]]), np.array([50, 60, 60, 60])
+    pooled = float((acc[0] * samples).sum() / samples.sum())
+    assert evaluate.seed_noise_floor(acc, samples) == evaluate.delta_max_noise_floor(
+        pooled, samples
+    )
+
+
 def test_phase_resolution_of_a_known_weak_phase():
     """Outcomes wrong exactly when the value sits at phase 0 (the fact straddles a boundary)."""
     out = evaluate.phase_summary(CONFIG, outcomes_where(lambda v, k: v % 4 != 0))

@@ -163,12 +163,15 @@ def _phase_block(title: str, s: dict) -> str:
         )
     ]
     straddle = s["straddle_accuracy"]
+    delta_ci = s.get("delta_max_ci")
+    spread = f" [{delta_ci[0]:.3f}, {delta_ci[1]:.3f}]" if delta_ci else ""
     return "\n".join(
         [
             title,
             common.table(["value phase", "accuracy", "95% CI", "samples", "by key phase"], rows),
             f"phase accuracy {common.sparkline(s['phase_accuracy'])}  mean {s['mean_accuracy']:.3f}  "
-            f"delta_max {s['delta_max']:.3f} (noise floor {s['delta_max_noise_floor']:.3f})  "
+            f"delta_max {s['delta_max']:.3f}{spread} (noise floor "
+            f"{s['delta_max_noise_floor']:.3f}, intervals: {s['interval']})  "
             f"psc {s['psc']:.4f}  same window {straddle['same_window']['accuracy']:.3f}  "
             f"straddling {straddle['straddling']['accuracy']:.3f}  "
             f"period {s['position_spectrum']['dominant_period']:.3g}",

@@ -2,10 +2,11 @@
 (`sims.lm.family`).
 
 The compressed cells are measurements the figure shows (`delta_max`, and whether the worst
-phase's Wilson interval lies wholly below the best one's); no theory predicts them, so no
-row compares them with anything. The dense control (`--operator none`, its phases counted
-at each stride) has no period-`s` structure: each of its cells is a row, its `delta_max`
-against 0 within the evaluation's 95% noise floor (`sims.lm.evaluate.delta_max_noise_floor`).
+phase's interval, seeds as clusters, lies wholly below the best one's); no theory predicts
+them, so no row compares them with anything. The dense control (`--operator none`, its
+phases counted at each stride) has no period-`s` structure: each of its cells is a row, its
+`delta_max` against 0 within its 95% noise floor (`sims.lm.evaluate.seed_noise_floor`: seeds
+as clusters where a cell has several, the binomial floor of the evaluation for one).
 """
 
 from __future__ import annotations
@@ -42,4 +43,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("lm_family", run, predict, rows, version=1, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_family", run, predict, rows, version=2, figure=drawn_in_figures)

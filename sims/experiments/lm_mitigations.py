@@ -32,7 +32,7 @@ from weakspots import theory
 from weakspots.idealized import metrics
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.lm import study
-from weakspots.sims.lm.evaluate import pooled_noise_floor
+from weakspots.sims.lm.evaluate import report_noise_floor
 
 MITIGATED = ("mean_s8", "softmax_s8")
 TRAINED = tuple(study.TRAINED_MITIGATIONS)
@@ -149,7 +149,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
         for k, e in r["ensembles"].items():
             acc = np.asarray(e["accuracy"])
             samples = np.asarray(r["samples"])
-            _, floor = pooled_noise_floor(acc, samples)
+            floor = report_noise_floor(acc, samples, e.get("accuracy_per_seed"))
             predicted = np.asarray(predictions[name][k])
             out.append(
                 Row(
@@ -169,4 +169,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out + trained_rows(results, predictions)
 
 
-EXPERIMENT = Experiment("lm_mitigations", run, predict, rows, version=2, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_mitigations", run, predict, rows, version=3, figure=drawn_in_figures)

@@ -2,13 +2,13 @@
 design beside its dense control on the same task and budget (`sims.lm.position`).
 
 No theory predicts the size of a trained decoder's weak spot, so the compressed design's
-weak spot is a measurement the figure shows (per-phase accuracy with Wilson intervals) and
+weak spot is a measurement the figure shows (per-phase accuracy, seeds as clusters) and
 no row compares it with anything. What is predicted, without simulating the decoders:
 
 * the dense control has no period-`s` structure, so its phases should differ by the
   evaluation's sampling noise alone: its `delta_max` against 0, within the noise floor
-  (the 95% quantile of `delta_max` with every phase at the pooled accuracy,
-  `sims.lm.evaluate.delta_max_noise_floor`);
+  (the 95% quantile of `delta_max` with no phase effect, the seeds as clusters,
+  `sims.lm.evaluate.seed_noise_floor`);
 * compression packs `s` tokens per entry, so where the compressed design has a weak spot
   its period is `s`: the dominant period of the far facts' accuracy against position
   (`position_spectrum`) against `s`, exactly (periods are read on a discrete grid). This
@@ -72,4 +72,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("lm_position", run, predict, rows, version=1, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_position", run, predict, rows, version=2, figure=drawn_in_figures)

@@ -224,5 +224,5 @@ def tables(results: dict, predictions: dict) -> list[Table]:
 
 
 EXPERIMENT = Experiment(
-    "lm_toy", run, predict, rows, version=1, figure=drawn_in_figures, tables=tables
+    "lm_toy", run, predict, rows, version=2, figure=drawn_in_figures, tables=tables
 )

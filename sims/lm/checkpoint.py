@@ -8,7 +8,9 @@ structure), then saves it. The directory is `$WEAKSPOTS_LM_CACHE`, else
 `~/.cache/weakspots/lm`; `directory=None` in a call turns the cache off.
 
 A stored file is used only when its config matches field for field; a file that cannot be
-read is ignored (and retrained), so a damaged cache costs time, never a wrong result.
+read is ignored (and retrained), so a damaged cache costs time, never a wrong result. A file
+whose outcomes were drawn otherwise than `evaluate.EVALUATION` (each run on its own sequences)
+has them scored again from its parameters on load.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from flax import nnx
 
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
+from weakspots.sims.lm.evaluate import EVALUATION, evaluate_many
 from weakspots.sims.lm.train import LMHistory, LMResult, train_many
 from weakspots.sims.progress import Progress
 from weakspots.sims.store import config_hash
@@ -63,6 +66,7 @@ def save(directory: pathlib.Path, result: LMResult) -> pathlib.Path:
         "config": result.config.asdict(),
         "wall_seconds": result.wall_seconds,
         "tokens_per_second": result.tokens_per_second,
+        "evaluation": EVALUATION,
     }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), np.uint8)
     temporary = path.with_suffix(".tmp.npz")
@@ -89,12 +93,17 @@ def load(directory: pathlib.Path, config: LMConfig) -> LMResult | None:
                     return None
             params = jax.tree.unflatten(jax.tree.structure(template), leaves)
             history = LMHistory(**{k: np.asarray(data[f"history:{k}"]) for k in _HISTORY})
+            params = jax.tree.map(jax.numpy.asarray, params)
+            outcomes = np.asarray(data["outcomes"])
+            if meta.get("evaluation") != EVALUATION:  # scored on the shared set: score again
+                stacked = jax.tree.map(lambda x: x[None], params)
+                outcomes = evaluate_many(config, stacked, seeds=[config.seed])[0]
             return LMResult(
                 config=config,
                 history=history,
-                params=jax.tree.map(jax.numpy.asarray, params),
+                params=params,
                 step_loss=np.asarray(data["step_loss"]),
-                outcomes=np.asarray(data["outcomes"]),
+                outcomes=outcomes,
                 wall_seconds=float(meta["wall_seconds"]),
                 tokens_per_second=float(meta["tokens_per_second"]),
             )

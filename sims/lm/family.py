@@ -5,7 +5,8 @@ and the dense control (`--operator none`, trained once per context length and co
 at every stride); `run(size)` trains them (one compile per structure, seeds batched) and
 returns one row per (operator, stride, context) with the outcomes pooled over seeds:
 `delta_max`, its noise floor, the interval gap (best phase's lower bound minus worst
-phase's upper bound: positive when the weak spot is beyond the Wilson intervals), the
+phase's upper bound: positive when the weak spot is beyond the intervals, seeds as
+clusters), the
 per-phase accuracy and each seed's `delta_max`.
 """
 

@@ -26,7 +26,11 @@ Parameter edits share one compiled program (a leading "world" axis of edited sta
 each switch compiles once. Statistics count the facts beyond the first query's
 uncompressed reach (`sims.lm.evaluate.query_reach`), as the phase metrics do; drops are
 `clean - intervened` accuracy with 95% normal intervals on the paired per-sequence
-differences, outcomes pooled over seeds (per-seed drops beside them).
+differences, outcomes pooled over seeds (per-seed drops beside them). Accuracies (intact and
+intervened) carry intervals with the seeds as clusters (`evaluate.clustered`). Every run is
+scored on the shared evaluation set (`evaluate.evaluation_set` with `run=None`), so that
+worlds and runs compare on the same sequences; the seed-cluster intervals then leave out
+the share of the noise that the sequences themselves carry (common to every seed).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from weakspots.idealized.metrics import WILSON_Z95
 from weakspots.idealized.recall import RecallBatch, placed_batch
 from weakspots.sims.lm.evaluate import (
     EVAL_CHUNK,
+    clustered,
     config_evaluation_set,
     grouped,
     query_reach,
@@ -392,7 +397,8 @@ def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, st
 
     `clean`, `intervened`: `(R, M)` outcomes; `phase`: `(M,)` labels in `range(stride)`
     (rows with label -1 are left out). Returns `drop` (s,), `drop_ci` (s, 2),
-    `drop_per_seed` (R, s), `accuracy` (s,) and `accuracy_ci` (s, 2) of the intervened model.
+    `drop_per_seed` (R, s), `accuracy` (s,), `accuracy_ci` (s, 2) (with R > 1 the runs as
+    clusters, `evaluate.clustered`) and `accuracy_per_seed` (R, s) of the intervened model.
     """
     drop, ci = np.zeros(stride), np.zeros((stride, 2))
     per_seed = np.zeros((clean.shape[0], stride))
@@ -402,15 +408,14 @@ def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, st
         per_seed[:, p] = clean[:, sel].astype(float).mean(axis=1) - intervened[:, sel].astype(
             float
         ).mean(axis=1)
-    labels = np.tile(np.where(phase >= 0, phase, 0), clean.shape[0])
-    counted = np.tile(phase >= 0, clean.shape[0])
-    acc = grouped(intervened.reshape(-1)[counted], labels[counted], stride)
+    acc = clustered(intervened, phase, stride)
     return {
         "drop": drop.tolist(),
         "drop_ci": ci.tolist(),
         "drop_per_seed": per_seed.tolist(),
         "accuracy": acc["accuracy"].tolist(),
         "accuracy_ci": acc["ci"].tolist(),
+        "accuracy_per_seed": acc["per_seed"].tolist(),
     }
 
 
@@ -581,7 +586,8 @@ def ablate_lm(
     """Every intervention on stacked runs of one design, as plain values (`weakspots lm ablate --json`).
 
     `params`: states stacked over R runs of `config.static` (their seeds). Returns
-    `phase_accuracy` (s,) and `phase_accuracy_ci` of the intact runs (far facts, pooled);
+    `phase_accuracy` (s,) of the intact runs (far facts, pooled), `phase_accuracy_ci` (seeds
+    as clusters), `phase_accuracy_per_seed` `(R, s)`;
     `effect` `(L, H, s)`: accuracy drop when head h of layer l is ablated, `effect_ci`
     `(L, H, s, 2)`, `effect_per_seed` `(R, L, H, s)`; `components`: one entry per
     component intervention (`name`, `kind`, `layer`, `drop`, `drop_ci`, `drop_per_seed`,
@@ -621,19 +627,11 @@ def ablate_lm(
         effect[item.layer, item.head] = d["drop"]
         effect_ci[item.layer, item.head] = d["drop_ci"]
         effect_seed[:, item.layer, item.head] = d["drop_per_seed"]
-    labels = np.tile(np.where(phase >= 0, phase, 0), runs)
-    counted = np.tile(phase >= 0, runs)
-    intact = grouped(clean.reshape(-1)[counted], labels[counted], s)
+    intact = clustered(clean, phase, s)
     key_phase = np.where(rows.far, rows.key_start % s, -1)
     straddling = rows.key_start // s != (rows.key_start + config.task.fact_len - 1) // s
-    split = grouped(
-        clean[:, rows.far].reshape(-1), np.tile(straddling[rows.far], runs).astype(np.int64), 2
-    )
-    by_key = grouped(
-        clean.reshape(-1)[np.tile(key_phase >= 0, runs)],
-        np.tile(key_phase[key_phase >= 0], runs),
-        s,
-    )
+    split = clustered(clean, np.where(rows.far, straddling, -1).astype(np.int64), 2)
+    by_key = clustered(clean, key_phase, s)
     model = merge(config.decoder, params)
     weights = [None if w is None else np.asarray(w).tolist() for w in model.pooling_weights()]
     out = {
@@ -642,6 +640,8 @@ def ablate_lm(
         "phase_accuracy_by_key_phase": by_key["accuracy"].tolist(),
         "phase_accuracy_by_key_phase_ci": by_key["ci"].tolist(),
         "samples": intact["samples"].tolist(),
+        "phase_accuracy_per_seed": intact["per_seed"].tolist(),
+        "interval": "seed clusters" if runs > 1 else "wilson",
         "straddle": {
             name: {
                 "accuracy": float(split["accuracy"][i]),

@@ -18,7 +18,8 @@ Activation patching (`interventions.patch_entries`) says where the weak spot liv
 copying the weak-phase fact's compressed entries from a world where the same fact sits
 at the best phase restores the accuracy (it was written into the entries) or does not
 (it is in how the query reads them). `verdict` names every mechanism whose test passes;
-`none` when there is no weak spot beyond the Wilson intervals, `unexplained` when there is
+`none` when there is no weak spot beyond the intervals (`phase_accuracy_ci`: seeds as
+clusters in reports from `interventions.ablate_lm`), `unexplained` when there is
 one and no test passes (`unexplained, in the entries` when patching locates it in the
 compressed entries all the same).
 
@@ -41,6 +42,7 @@ from weakspots.idealized import metrics
 from weakspots.idealized.decoder import trace
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.recall import placed_batch
+from weakspots.sims.lm.evaluate import report_noise_floor
 from weakspots.sims.lm.interventions import Rows, evaluation_key, evaluation_rows
 from weakspots.sims.lm.train import jit, merge
 
@@ -172,8 +174,11 @@ def evidence(config: LMConfig, report: dict) -> dict:
     """Every test of the module docstring on one design's `interventions.ablate_lm` report.
 
     Returns plain values: the worst and best phase, whether the weak spot is beyond the
-    intervals, and per mechanism its test's outcome (None where the design lacks the
-    component) with the numbers that decided it.
+    intervals (`weak_spot`, which decides the verdict) and whether `delta_max` is beyond its
+    95% noise floor (`beyond_noise_floor`: Tukey's test over the seeds where the report holds
+    per-seed accuracies, a sharper test of a phase effect than separated intervals with few
+    seeds; None for a report without `samples`), and per mechanism its test's outcome (None
+    where the design lacks the component) with the numbers that decided it.
     """
     acc = np.asarray(report["phase_accuracy"])
     ci = np.asarray(report["phase_accuracy_ci"])
@@ -193,11 +198,15 @@ def evidence(config: LMConfig, report: dict) -> dict:
         same_window_weak = _separated(ci[sw_best], ci[sw_worst])
     else:
         same_window_weak = None
+    floor = None
+    if "samples" in report:
+        floor = report_noise_floor(acc, report["samples"], report.get("phase_accuracy_per_seed"))
     out = {
         "worst_phase": worst,
         "best_phase": best,
         "delta_max": float(acc[best] - acc[worst]),
         "weak_spot": weak,
+        "beyond_noise_floor": None if floor is None else bool(acc[best] - acc[worst] > floor),
         "straddle_phases": straddles,
         "straddle": {
             "straddling_below_same_window": bool(straddle_hurts),
@@ -270,7 +279,7 @@ def verdict(found: dict) -> str:
 def shown_by(found: dict) -> str:
     """One line naming the interventions and measurements behind `verdict(found)`."""
     if not found["weak_spot"]:
-        return f"no weak spot beyond the Wilson intervals (delta_max {found['delta_max']:.3f})"
+        return f"no weak spot beyond the intervals (delta_max {found['delta_max']:.3f})"
     parts = []
     st = found["straddle"]
     if st["passes"]:

@@ -3,8 +3,8 @@
 `configs(size)` lists the runs (seeds of one compressed design and of its dense control,
 `--operator none`, on the same task and budget); `run(size)` trains them and returns plain
 JSON-able results: per design, the outcomes pooled over seeds (`evaluate.phase_summary`:
-accuracy per position and per phase with Wilson intervals, `delta_max` and its noise
-floor, straddling) and each seed's phase accuracy.
+accuracy per position and per phase with the seeds as clusters, `delta_max`, its interval
+and its noise floor, straddling) and each seed's phase accuracy.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.lm.evaluate import phase_summary, seed_spread
+from weakspots.sims.lm.evaluate import phase_summary, seed_phase_statistics, seed_spread
 from weakspots.sims.lm.train import train_many
 from weakspots.sims.progress import Progress
 
@@ -66,14 +66,35 @@ def run(size: str, progress: Progress | None = None) -> dict:
     return out
 
 
+def clustered_pooled(report: dict) -> dict:
+    """The `pooled` summary of a saved `weakspots lm train --seeds K --json` report with its
+    per-phase intervals, `delta_max` interval, noise floor and interval gap taken over the
+    seeds as clusters (`evaluate.seed_phase_statistics` on the report's per-seed accuracies;
+    a report whose `pooled` already has them is returned as it is)."""
+    pooled = report["pooled"]
+    if pooled.get("interval") == "seed clusters":
+        return pooled
+    per_seed = np.asarray(report["phase_accuracy"], np.float64)
+    stats = seed_phase_statistics(per_seed, np.asarray(report["phase_samples"][0]))
+    stats["phase_accuracy"] = pooled["phase_accuracy"]
+    del stats["seeds"]
+    return {
+        **pooled,
+        **stats,
+        "phase_accuracy_per_seed": per_seed.tolist(),
+        "interval": "seed clusters, one evaluation set shared by the seeds",
+    }
+
+
 def from_reports(compressed: dict, dense: dict) -> dict:
-    """`run`'s result shape from two saved `weakspots lm train --seeds K --json` reports."""
+    """`run`'s result shape from two saved `weakspots lm train --seeds K --json` reports, the
+    pooled statistics with the seeds as clusters (`clustered_pooled`)."""
     designs = {}
     for name, report in (("compressed", compressed), ("dense", dense)):
         designs[name] = {
             "config": report["config"],
             "seeds": report["seeds"],
-            "pooled": report["pooled"],
+            "pooled": clustered_pooled(report),
             "phase_accuracy": report["phase_accuracy"],
             "delta_max": report["delta_max"],
             "seed_spread": report["seed_spread"],

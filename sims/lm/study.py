@@ -11,6 +11,11 @@ recorded in `docs/lm_runs/ablate_<name>.json` (each holds its config and seeds; 
 is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
 minutes each on two CPU cores; `full` retrains every design and measures it again
 (trained decoders are kept in the `sims.lm.checkpoint` cache).
+
+Statistics: a report's intervals and noise floor take the seeds as clusters where it holds
+each seed's accuracies (`phase_accuracy_per_seed`, written by `interventions.ablate_lm`);
+recordings made before it did keep their Wilson intervals of outcomes pooled over seeds,
+and their `interval` field says so.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from weakspots.idealized.decoder import count_params
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import mechanism
 from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import phase_summary, pooled_noise_floor
+from weakspots.sims.lm.evaluate import phase_summary, report_noise_floor
 from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
 from weakspots.sims.lm.train import model_flops_per_step
 from weakspots.sims.progress import Progress
@@ -96,9 +101,14 @@ def judged(config: LMConfig, out: dict) -> dict:
 
 def derived(out: dict) -> dict:
     """`out` with the quantities derived from a report's own numbers added: the 95% noise
-    floor of its `delta_max` (`evaluate.pooled_noise_floor`) and the support size per run and head of the compressed layer's
-    pooling weights (`idealized.metrics.support_size`; None without learned weights)."""
-    _, out["delta_max_noise_floor"] = pooled_noise_floor(out["phase_accuracy"], out["samples"])
+    floor of its `delta_max` (`evaluate.report_noise_floor`: seeds as clusters where the report
+    holds `phase_accuracy_per_seed`, else pooled), `interval` (how its intervals were made) and
+    the support size per run and head of the compressed layer's pooling weights
+    (`idealized.metrics.support_size`; None without learned weights)."""
+    out["delta_max_noise_floor"] = report_noise_floor(
+        out["phase_accuracy"], out["samples"], out.get("phase_accuracy_per_seed")
+    )
+    out.setdefault("interval", "wilson, seeds pooled")
     layer = out["margins"]["layer"] if out["margins"] else None
     weights = out["pooling_weights"][layer] if layer is not None else None
     out["support_size"] = None if weights is None else metrics.support_size(weights).tolist()
@@ -155,6 +165,20 @@ def recorded(name: str) -> dict:
     return derived(judged(design, out))  # judged by today's rules
 
 
+def rerecorded(name: str) -> dict | None:
+    """Design `name` measured again with each seed's accuracies kept (seed-cluster intervals),
+    as recorded in `docs/lm_runs/ablate_<name>_rerecorded.json` beside its first report
+    (whose decoders other recordings share), judged as `recorded` does; None if absent."""
+    path = RECORDED / f"ablate_{name}_rerecorded.json"
+    if not path.exists():
+        return None
+    out = json.loads(path.read_text())
+    design = config(name, "full")
+    if not _same_config(out["config"], design):
+        raise ValueError(f"{path} records another config")
+    return derived(judged(design, out))
+
+
 def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
     """The offset-ensemble mitigation on design `name`'s trained decoders, per ensemble size K
     (`interventions.offset_ensemble`), with the intact per-phase accuracy beside it."""
@@ -191,19 +215,22 @@ TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
 
 
 def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:
-    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, pooled):
-    `evaluate.phase_summary`, the protocol of `report`'s `phase_accuracy` (far facts, 95%
-    Wilson intervals), with `delta_max` and its 95% noise floor."""
+    """Per-phase accuracy of runs' evaluation outcomes `(R, M)` (`LMResult.outcomes`, each run
+    on its own sequences): `evaluate.phase_summary`, the protocol of `report`'s
+    `phase_accuracy` (far facts; with R > 1 the seeds as clusters), with `delta_max`, its
+    interval and its 95% noise floor."""
     found = phase_summary(config, outcomes)
     acc, samples = np.asarray(found["phase_accuracy"]), np.asarray(found["phase_samples"])
-    pooled, floor = pooled_noise_floor(acc, samples)
     return {
         "phase_accuracy": acc.tolist(),
         "phase_accuracy_ci": found["phase_accuracy_ci"],
+        "phase_accuracy_per_seed": found["phase_accuracy_per_seed"],
+        "interval": found["interval"],
         "samples": samples.tolist(),
-        "mean_accuracy": pooled,
+        "mean_accuracy": float((acc * samples).sum() / max(samples.sum(), 1)),
         "delta_max": float(np.ptp(acc)),
-        "delta_max_noise_floor": floor,
+        "delta_max_ci": found["delta_max_ci"],
+        "delta_max_noise_floor": found["delta_max_noise_floor"],
     }
 
 

@@ -35,7 +35,8 @@ def execute(configs: Sequence[LMConfig], padded: int) -> list[tuple[dict, dict]]
     hyper = LMHyper.stack(configs + [configs[-1]] * (padded - len(configs)))
     static = configs[0].static
     history, params, step_loss = run_batch(static, hyper, stop_on_divergence=False)
-    outcomes = evaluate_many(static, params)
+    seeds = [c.seed for c in configs] + [configs[-1].seed] * (padded - len(configs))
+    outcomes = evaluate_many(static, params, seeds=seeds)
     out = []
     for r, config in enumerate(configs):
         trajectory = {

@@ -334,7 +334,7 @@ def train_many(configs: Sequence[LMConfig], *, progress: Progress | None = None)
         )
         jax.block_until_ready(params)
         train_seconds = time.perf_counter() - start
-        outcomes = evaluate_many(static, params)
+        outcomes = evaluate_many(static, params, seeds=[configs[i].seed for i in members])
         wall = (time.perf_counter() - start) / len(members)
         tokens = len(members) * static.steps * static.batch * static.seq_len
         for r, i in enumerate(members):

@@ -161,7 +161,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
             )
         )
     note = (
-        "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in docs/lm_runs/ at the "
+        "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in sims/lm/runs/ at the "
         "quick budget, retrained at full): the worst and best value phase with 95% intervals "
         "(the seeds as clusters where the report holds per-seed accuracies, as the design "
         "column says; "
@@ -200,7 +200,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         ]
         note = (
             "Designs trained and measured again with each seed's accuracies kept "
-            "(`docs/lm_runs/ablate_<design>_rerecorded.json`, the same command): the first "
+            "(`sims/lm/runs/ablate_<design>_rerecorded.json`, the same command): the first "
             "recording's verdict and delta_max [noise floor] (Wilson, outcomes pooled over "
             "seeds) beside the new decoders' with the seeds as clusters (per-phase Student-t "
             "intervals over the seeds, Tukey's noise floor over the seeds). The verdict asks "

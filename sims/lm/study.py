@@ -7,7 +7,7 @@ attention margins, the evidence and verdict of `mechanism`, the noise floor of i
 `delta_max`, the support size of its pooling weights).
 
 Sizes: `tiny` trains tiny decoders (for tests of the pipeline); `quick` reads the reports
-recorded in `docs/lm_runs/ablate_<name>.json` (each holds its config and seeds; the command
+recorded in `sims/lm/runs/ablate_<name>.json` (each holds its config and seeds; the command
 is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
 minutes each on two CPU cores; `full` retrains every design and measures it again
 (trained decoders are kept in the `sims.lm.checkpoint` cache).
@@ -153,7 +153,7 @@ def _same_config(recorded: dict, expected: LMConfig) -> bool:
 
 
 def recorded(name: str) -> dict:
-    """The report of design `name` recorded in `docs/lm_runs/ablate_<name>.json`, checked
+    """The report of design `name` recorded in `sims/lm/runs/ablate_<name>.json`, checked
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
@@ -167,7 +167,7 @@ def recorded(name: str) -> dict:
 
 def rerecorded(name: str) -> dict | None:
     """Design `name` measured again with each seed's accuracies kept (seed-cluster intervals),
-    as recorded in `docs/lm_runs/ablate_<name>_rerecorded.json` beside its first report
+    as recorded in `sims/lm/runs/ablate_<name>_rerecorded.json` beside its first report
     (whose decoders other recordings share), judged as `recorded` does; None if absent."""
     path = RECORDED / f"ablate_{name}_rerecorded.json"
     if not path.exists():
@@ -196,7 +196,7 @@ def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
 
 
 def recorded_mitigations(name: str) -> dict:
-    """`mitigations(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`."""
+    """`mitigations(name, "full")` as recorded in `sims/lm/runs/mitigations_<name>.json`."""
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
     if not _same_config(out["config"], config(name, "full")):
@@ -279,7 +279,7 @@ def trained_mitigation(name: str, size: str) -> dict:
 
 
 def recorded_trained_mitigation(name: str) -> dict:
-    """`trained_mitigation(name, "full")` as recorded in `docs/lm_runs/mitigations_<name>.json`,
+    """`trained_mitigation(name, "full")` as recorded in `sims/lm/runs/mitigations_<name>.json`,
     checked against today's config of it."""
     design, changes = TRAINED_MITIGATIONS[name]
     path = RECORDED / f"mitigations_{name}.json"

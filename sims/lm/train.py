@@ -241,8 +241,9 @@ def _record(config: LMConfig, params: nnx.State, held_out: RecallBatch):
 
 
 @partial(jit, static_argnums=0)
-def _indexer_recall(config: LMConfig, params: nnx.State, held_out: RecallBatch) -> Array:
-    return indexer_recall(config, params, held_out.tokens)
+def held_out_recall(config: LMConfig, params: nnx.State) -> Array:
+    """`indexer_recall` on the running evaluation's held-out sequences, per csa layer."""
+    return indexer_recall(config, params, held_out_batch(config).tokens)
 
 
 @partial(jit, static_argnums=0)
@@ -344,7 +345,7 @@ class LMResult:
         ]
         out["pooling_weights"] = weights if any(w is not None for w in weights) else None
         if self.config.indexed:
-            recall = _indexer_recall(self.config.static, self.params, held_out_batch(self.config))
+            recall = held_out_recall(self.config.static, self.params)
             out["indexer_recall"] = np.asarray(recall).tolist()
         out["final_loss"] = float(self.history.loss[-1])
         out["final_eval_accuracy"] = float(self.history.eval_accuracy[-1])
@@ -440,6 +441,7 @@ __all__ = [
     "advance",
     "first_query_correct",
     "graphdef",
+    "held_out_recall",
     "indexer_recall",
     "indexer_statistics",
     "init",

@@ -35,7 +35,8 @@ V4_FIELDS = (
     "rope_fraction", "compress_rope_theta", "q_rank", "o_groups", "o_rank", "indexer_kl",
 )  # fmt: skip
 """The V4 layer's switches (`DecoderConfig`), and the weight of the indexer's training loss."""
-LM_MITIGATION_FIELDS = ("stagger", "phase_entropy") + V4_FIELDS
+LM_MITIGATION_FIELDS = ("stagger", "phase_entropy")
+LM_OPTIONAL_FIELDS = LM_MITIGATION_FIELDS + V4_FIELDS
 """Fields left out of `LMConfig.asdict` at their defaults (off): the records and cached
 decoders of configs without them keep their content and hashes."""
 
@@ -441,9 +442,9 @@ class LMConfig:
         return dataclasses.replace(self, **changes)
 
     def asdict(self) -> dict:
-        """The fields as a dict, `LM_MITIGATION_FIELDS` left out where at their defaults."""
+        """The fields as a dict, `LM_OPTIONAL_FIELDS` left out where at their defaults."""
         out = dataclasses.asdict(self)
-        for name in LM_MITIGATION_FIELDS:
+        for name in LM_OPTIONAL_FIELDS:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
         return out

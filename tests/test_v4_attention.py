@@ -15,7 +15,7 @@ from flax import nnx
 
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import (
-    LM_MITIGATION_FIELDS,
+    LM_OPTIONAL_FIELDS,
     V4_DESIGN,
     DecoderConfig,
     LMConfig,
@@ -199,8 +199,8 @@ def test_v4_fields_leave_records_unchanged_at_defaults():
     """Off by default and left out of `asdict`: a config without them keeps its keys (so its
     hash); each one set shows up."""
     keys = set(LMConfig().asdict())
-    assert not keys & set(LM_MITIGATION_FIELDS)
-    assert keys == {f.name for f in dataclasses.fields(LMConfig)} - set(LM_MITIGATION_FIELDS)
+    assert not keys & set(LM_OPTIONAL_FIELDS)
+    assert keys == {f.name for f in dataclasses.fields(LMConfig)} - set(LM_OPTIONAL_FIELDS)
     v4 = LMConfig(**V4_DESIGN)
     assert {"indexer_topk", "shared_kv", "sink", "qk_norm"} <= set(v4.asdict())
 

@@ -348,7 +348,7 @@ class V4Attention(nnx.Module):
             out = out + jnp.einsum("bhtc,bchd->bthd", parts[0], entries)
         if self.local_window:
             out = out + local_mix(parts[-2], kv.transpose(0, 2, 1, 3), self.local_window)
-        if record:
+        if record and len(parts) > 1:
             recorded = list(parts[:-1])
             if self.local_window:
                 recorded[-1] = band_to_dense(recorded[-1], self.local_window)

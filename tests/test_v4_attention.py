@@ -256,3 +256,17 @@ def test_lm_train_design_v4_end_to_end(capsys):
     recall = out["indexer_recall"]
     assert len(recall) == 1 and 0.0 <= recall[0] <= 1.0
     assert np.isfinite(out["final_loss"])
+
+
+@pytest.mark.slow
+def test_lm_sweep_stores_the_indexer_recall():
+    """A `kind = "lm"` sweep run of the v4 design stores its indexer's recall beside the phase metrics."""
+    from weakspots.sims.lm import sweep as lm_sweep
+
+    tiny = dict(
+        seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=32, steps=2,
+        eval_every=2, batch=2, eval_batch=4, eval_samples=1,
+    )  # fmt: skip
+    config = LMConfig(**{**V4_DESIGN, **tiny, "layers": 3, "layout": v4_layout(3)})
+    ((metrics, _),) = lm_sweep.execute([config], 1)
+    assert 0.0 <= metrics["indexer_recall"] <= 1.0 and not metrics["diverged"]

@@ -105,6 +105,7 @@ def register(subparsers) -> None:
             "weakspots lm train --steps 400",
             "weakspots lm train --pairs 8 --stride 4 --eval-samples 32 --seeds 4 --json > s4.json",
             "weakspots lm train --pairs 8 --stride 4 --operator none --seeds 4  # dense control",
+            "weakspots lm train --design v4 --indexer-topk 4 --seeds 2  # DeepSeek-V4's attention",
         ),
     )
     add_lm_flags(train)

@@ -200,7 +200,8 @@ class DecoderConfig:
             raise ConfigError("indexer_topk", "the indexer serves csa layers: put csa in --layout")
         if self.indexer_topk and self.index_dim < self.rotary_dim:
             raise ConfigError(
-                "index_dim", f"must be >= the RoPE channels ({self.rotary_dim}), got {self.index_dim}"
+                "index_dim",
+                f"must be >= the RoPE channels ({self.rotary_dim}), got {self.index_dim}",
             )
         if self.o_groups and (self.heads % self.o_groups or self.o_rank < 1):
             raise ConfigError(

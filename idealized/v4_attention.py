@@ -95,9 +95,7 @@ class V4Compressor(nnx.Module):
     scales it. Gate and bias start at zero (uniform pooling).
     """
 
-    def __init__(
-        self, ratio: int, kv_heads: int, d_model: int, width: int, overlap: bool, *, rngs
-    ):
+    def __init__(self, ratio: int, kv_heads: int, d_model: int, width: int, overlap: bool, *, rngs):
         self.stride, self.overlap = ratio, overlap
         cols = (2 if overlap else 1) * width
         self.wkv = nnx.Param(_normal(rngs, (kv_heads, d_model, cols), d_model))

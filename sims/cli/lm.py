@@ -233,6 +233,11 @@ def _phase_block(title: str, s: dict) -> str:
             f"period {s['position_spectrum']['dominant_period']:.3g}",
             _near_line(s["near_query"]),
         ]
+        + (
+            ["indexer recall per csa layer " + " ".join(f"{r:.3f}" for r in s["indexer_recall"])]
+            if s.get("indexer_recall")
+            else []
+        )
     )
 
 

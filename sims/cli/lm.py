@@ -251,9 +251,11 @@ def _near_line(near: dict) -> str:
 
 
 def text_report(base: LMConfig, seeds: list[int], summaries: list[dict], pooled) -> str:
+    v4 = any(kind in V4_KINDS for kind in base.layer_kinds)
+    operator = f"V4 compressor (top-{base.indexer_topk})" if v4 else base.operator
     head = (
         f"T={base.seq_len} P={base.pairs} layers={','.join(base.layer_kinds)} "
-        f"d={base.d_model} H={base.heads} s={base.stride} {base.operator} "
+        f"d={base.d_model} H={base.heads} s={base.stride} {operator} "
         f"lr={base.lr:g} steps={base.steps} batch={base.batch}"
     )
     blocks = [

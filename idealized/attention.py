@@ -35,6 +35,7 @@ from jaxtyping import Array, Float
 
 from . import compression
 from .deepseek_v4 import ape_pooling_weights, deepseek_v4, interleaved_rope
+from .rope import ROPE_THETA
 
 Tokens = Float[Array, "B T D"]
 Heads = Float[Array, "B T H hd"]
@@ -214,13 +215,17 @@ def make_compressor(
     raise ValueError(f"unknown operator {operator!r}")
 
 
-def rotate(y: Heads, positions: Float[Array, " T"], rope_dim: int) -> Heads:
-    """RoPE (interleaved pairs) on the last `rope_dim` channels of every head, token `i` at `positions[i]`."""
+def rotate(
+    y: Heads, positions: Float[Array, " T"], rope_dim: int, theta: float = ROPE_THETA
+) -> Heads:
+    """RoPE (interleaved pairs, base `theta`) on the last `rope_dim` channels of every head,
+    token `i` at `positions[i]`."""
     if rope_dim == 0:
         return y
     batch, length, heads, width = y.shape
     tail = y[..., width - rope_dim :].transpose(1, 0, 2, 3).reshape(length, -1, rope_dim)
-    rotated = jax.vmap(lambda rows: interleaved_rope(rows, positions), in_axes=1, out_axes=1)(tail)
+    turn = lambda rows: interleaved_rope(rows, positions, theta)  # noqa: E731
+    rotated = jax.vmap(turn, in_axes=1, out_axes=1)(tail)
     rotated = rotated.reshape(length, batch, heads, rope_dim).transpose(1, 0, 2, 3)
     return jnp.concatenate([y[..., : width - rope_dim], rotated], axis=-1)
 

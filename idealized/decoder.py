@@ -3,7 +3,8 @@
 `Decoder(config, rngs=...)` builds one model from a `DecoderConfig`; `Decoder(tokens)` maps
 `(B, T)` token ids to `(B, T, vocab)` next-token logits. Each block is
 `x + attention(norm(x))`, then `x + mlp(norm(x))` when the config has an MLP. Layers are
-`decoder.blocks[i].attention` (an `idealized.attention.Attention`): model surgery replaces
+`decoder.blocks[i].attention` (an `idealized.attention.Attention`, or for DeepSeek-V4's
+kinds `swa`, `csa`, `hca` an `idealized.v4_attention.V4Attention`): model surgery replaces
 a compressor or zeroes a parameter there, and `trace` reads what every layer sowed.
 """
 
@@ -15,7 +16,9 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from .attention import Attention, make_compressor
-from .lm_config import DecoderConfig
+from .lm_config import V4_KINDS, DecoderConfig
+from .rope import ROPE_THETA
+from .v4_attention import V4Attention
 
 
 class MLP(nnx.Module):
@@ -29,8 +32,49 @@ class MLP(nnx.Module):
         return self.down(jax.nn.gelu(self.up(x)))
 
 
-def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Attention:
-    """The attention of one layer of `kind` (`dense`, `sliding`, `compressed`)."""
+DENSE_WINDOW = 1 << 30
+"""The local window of a V4 layer that sees every earlier token (`--operator none`)."""
+
+
+def make_v4_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> V4Attention:
+    """DeepSeek-V4's attention for a layer of kind `swa`, `csa` or `hca` (`DecoderConfig`).
+
+    With `operator = none`, csa and hca layers attend densely to every earlier token (the
+    control), keeping the layer's other parts.
+    """
+    if kind == "swa":
+        v4_kind, window, theta = "sliding", config.window, ROPE_THETA
+    elif config.operator == "none":
+        v4_kind, window, theta = "sliding", DENSE_WINDOW, config.compress_rope_theta
+    else:
+        v4_kind, window, theta = kind, config.local_window, config.compress_rope_theta
+    return V4Attention(
+        config.d_model,
+        config.heads,
+        config.head_dim,
+        kind=v4_kind,
+        ratio=config.hca_stride if kind == "hca" else config.stride,
+        local_window=window,
+        rope_dim=config.rotary_dim,
+        rope_theta=theta,
+        shared_kv=config.shared_kv,
+        qk_norm=config.qk_norm,
+        sink=config.sink,
+        index_topk=config.indexer_topk,
+        index_heads=config.index_heads,
+        index_dim=config.index_dim,
+        q_rank=config.q_rank,
+        o_groups=config.o_groups,
+        o_rank=config.o_rank,
+        rngs=rngs,
+    )
+
+
+def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Attention | V4Attention:
+    """The attention of one layer of `kind` (`dense`, `sliding`, `compressed`, or V4's
+    `swa`, `csa`, `hca`: `make_v4_attention`)."""
+    if kind in V4_KINDS:
+        return make_v4_attention(config, kind, rngs=rngs)
     d, h = config.d_model, config.heads
     local, compressor, stagger = 0, None, False
     if kind == "dense":
@@ -57,7 +101,7 @@ def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Atten
         h,
         compressor=compressor,
         local_window=local,
-        rope_dim=config.rope_dim,
+        rope_dim=config.rotary_dim,
         stagger=stagger,
         rngs=rngs,
     )

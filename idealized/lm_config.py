@@ -25,11 +25,52 @@ LM_OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "low_rank", "deepseek_v
 """Compression operators of a compressed layer; `none` keeps every token (the dense control)."""
 DISTRIBUTION_OPERATORS = ("softmax_pool", "low_rank", "deepseek_v4")
 """Operators whose learned pooling weights form a distribution over phases (`phase_entropy`)."""
-LAYER_KINDS = ("dense", "sliding", "compressed")
+LAYER_KINDS = ("dense", "sliding", "compressed", "swa", "csa", "hca")
+V4_KINDS = ("swa", "csa", "hca")
+"""DeepSeek-V4's layer kinds (`idealized.v4_attention`): sliding-only, compressed sparse, heavily
+compressed."""
 LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
+V4_FIELDS = (
+    "hca_stride", "indexer_topk", "index_heads", "index_dim", "shared_kv", "sink", "qk_norm",
+    "rope_fraction", "compress_rope_theta", "q_rank", "o_groups", "o_rank", "indexer_kl",
+)  # fmt: skip
+"""The V4 layer's switches (`DecoderConfig`), and the weight of the indexer's training loss."""
 LM_MITIGATION_FIELDS = ("stagger", "phase_entropy")
+LM_OPTIONAL_FIELDS = LM_MITIGATION_FIELDS + V4_FIELDS
 """Fields left out of `LMConfig.asdict` at their defaults (off): the records and cached
 decoders of configs without them keep their content and hashes."""
+
+
+def v4_layout(layers: int, sliding: int = 1) -> str:
+    """DeepSeek-V4's layer schedule: `sliding` sliding-only layers (`swa`), then CSA and HCA
+    interleaved, CSA first (`v4_layout(4)` is `swa,csa,hca,csa`)."""
+    sliding = min(sliding, layers)
+    rest = ["csa" if i % 2 == 0 else "hca" for i in range(layers - sliding)]
+    return ",".join(["swa"] * sliding + rest)
+
+
+V4_DESIGN = {
+    "layers": 4,
+    "layout": v4_layout(4),
+    "heads": 4,
+    "stride": 4,
+    "hca_stride": 16,
+    "window": 16,
+    "local_window": 16,
+    "rope_fraction": 0.25,
+    "compress_rope_theta": 160000.0,
+    "indexer_topk": 8,
+    "index_heads": 4,
+    "index_dim": 16,
+    "shared_kv": True,
+    "sink": True,
+    "qk_norm": True,
+    "q_rank": 32,
+    "o_groups": 2,
+    "o_rank": 16,
+}
+"""`--design v4`: DeepSeek-V4's choices at small scale (`docs/v4_attention.md`); flags given
+beside it override them."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +86,18 @@ class DecoderConfig:
     width in multiples of `d_model` (0: no MLP); `rank` the rank of `low_rank`.
     `stagger` shifts head h's window boundaries by `h * stride // heads` tokens in every
     compressed layer (as the toy's `ModelConfig.stagger`; `idealized.attention`).
+
+    DeepSeek-V4's kinds (`V4_KINDS`, `idealized.v4_attention`): `swa` sees the last
+    `window` tokens; `csa` the entries of overlapping windows of `2 stride` tokens every
+    `stride` (kept by the indexer's top `indexer_topk` when > 0: `index_heads` x
+    `index_dim`), `hca` those of disjoint windows of `hca_stride` tokens, both plus the
+    last `local_window` tokens. Their switches: `shared_kv` (one K = V head for all query
+    heads, else one per head, each with its own compressor), `sink` (a learned logit per
+    head), `qk_norm` (RMSNorm on queries and KV), `q_rank` (low-rank query path, 0: off),
+    `o_groups` x `o_rank` (grouped low-rank output, 0: off), `compress_rope_theta` (RoPE
+    base of csa/hca layers). `rope_fraction > 0` sets the RoPE channels of every layer to
+    `int(rope_fraction * head_dim)` in place of `rope_dim`. `operator = none` makes csa
+    and hca layers dense V4 layers (the control).
     """
 
     vocab: int
@@ -60,6 +113,18 @@ class DecoderConfig:
     rope_dim: int = 16
     rank: int = 4
     stagger: bool = False
+    hca_stride: int = 16
+    indexer_topk: int = 0
+    index_heads: int = 4
+    index_dim: int = 16
+    shared_kv: bool = False
+    sink: bool = False
+    qk_norm: bool = False
+    rope_fraction: float = 0.0
+    compress_rope_theta: float = 10000.0
+    q_rank: int = 0
+    o_groups: int = 0
+    o_rank: int = 0
 
     def __post_init__(self):
         _int_at_least("vocab", self.vocab, 2)
@@ -82,11 +147,12 @@ class DecoderConfig:
         _int_at_least("window", self.window, 1)
         _int_at_least("local_window", self.local_window, 0)
         _int_at_least("rope_dim", self.rope_dim, 0)
-        if self.rope_dim % 2 or self.rope_dim > self.head_dim:
+        if not self.rope_fraction and (self.rope_dim % 2 or self.rope_dim > self.head_dim):
             raise ConfigError(
                 "rope_dim",
                 f"must be even and <= the head dimension ({self.head_dim}), got {self.rope_dim}",
             )
+        self._check_v4()
         _int_at_least("rank", self.rank, 1)
         _boolean("stagger", self.stagger)
         if self.stagger:
@@ -106,9 +172,56 @@ class DecoderConfig:
                     + ("(no windows)" if self.operator == "none" else "(one entry for all heads)"),
                 )
 
+    def _check_v4(self) -> None:
+        _nonnegative_finite("rope_fraction", self.rope_fraction)
+        if self.rope_fraction > 1 or self.rotary_dim % 2:
+            raise ConfigError(
+                "rope_fraction",
+                f"must be in [0, 1] with int(fraction x head dim {self.head_dim}) even, "
+                f"got {self.rope_fraction}",
+            )
+        _int_at_least("hca_stride", self.hca_stride, 1)
+        _int_at_least("indexer_topk", self.indexer_topk, 0)
+        _int_at_least("index_heads", self.index_heads, 1)
+        _int_at_least("index_dim", self.index_dim, 2)
+        for name in ("shared_kv", "sink", "qk_norm"):
+            _boolean(name, getattr(self, name))
+        _positive_finite("compress_rope_theta", self.compress_rope_theta)
+        _int_at_least("q_rank", self.q_rank, 0)
+        _int_at_least("o_groups", self.o_groups, 0)
+        _int_at_least("o_rank", self.o_rank, 0)
+        v4 = any(kind in V4_KINDS for kind in self.layer_kinds)
+        for name in ("shared_kv", "sink", "qk_norm", "q_rank", "o_groups"):
+            if getattr(self, name) and not v4:
+                raise ConfigError(
+                    name, "applies to DeepSeek-V4's layers: put swa, csa or hca in --layout"
+                )
+        if self.indexer_topk and "csa" not in self.layer_kinds:
+            raise ConfigError("indexer_topk", "the indexer serves csa layers: put csa in --layout")
+        if self.indexer_topk and self.index_dim < self.rotary_dim:
+            raise ConfigError(
+                "index_dim",
+                f"must be >= the RoPE channels ({self.rotary_dim}), got {self.index_dim}",
+            )
+        if self.o_groups and (self.heads % self.o_groups or self.o_rank < 1):
+            raise ConfigError(
+                "o_groups",
+                f"must divide --heads ({self.heads}) and needs --o-rank >= 1, got {self.o_groups} "
+                f"groups of rank {self.o_rank}",
+            )
+        if self.o_rank and not self.o_groups:
+            raise ConfigError("o_rank", "is the rank of each output group: needs --o-groups >= 1")
+        if "swa" in self.layer_kinds and self.window < 1:
+            raise ConfigError("window", "swa layers need --window >= 1")
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
+
+    @property
+    def rotary_dim(self) -> int:
+        """RoPE channels per head: `int(rope_fraction * head_dim)`, or `rope_dim` when 0."""
+        return int(self.rope_fraction * self.head_dim) if self.rope_fraction else self.rope_dim
 
     @property
     def layers(self) -> int:
@@ -190,6 +303,13 @@ class LMConfig:
     `-phase_entropy * mean entropy(pooling weights)` over the compressed layers and heads
     to the training loss (as the toy's `phase_entropy`; operators whose pooling weights
     are a distribution over phases: `DISTRIBUTION_OPERATORS`).
+
+    DeepSeek-V4's layers (`swa`, `csa`, `hca` in `layout`; `DecoderConfig`; `V4_DESIGN`):
+    the indexer's top-k passes no gradient, so with `indexer_topk > 0` the loss adds
+    `indexer_kl` times the mean over csa layers of the KL from the main attention's
+    distribution over the visible compressed entries (stop-gradient) to the indexer's
+    (`idealized.v4_attention.indexer_statistics`); the indexer's input is detached, so
+    this term trains the indexer alone.
     """
 
     seq_len: int = RecallTask.seq_len
@@ -213,6 +333,19 @@ class LMConfig:
     rank: int = DecoderConfig.rank
     stagger: bool = DecoderConfig.stagger
     phase_entropy: float = 0.0
+    hca_stride: int = DecoderConfig.hca_stride
+    indexer_topk: int = DecoderConfig.indexer_topk
+    index_heads: int = DecoderConfig.index_heads
+    index_dim: int = DecoderConfig.index_dim
+    shared_kv: bool = DecoderConfig.shared_kv
+    sink: bool = DecoderConfig.sink
+    qk_norm: bool = DecoderConfig.qk_norm
+    rope_fraction: float = DecoderConfig.rope_fraction
+    compress_rope_theta: float = DecoderConfig.compress_rope_theta
+    q_rank: int = DecoderConfig.q_rank
+    o_groups: int = DecoderConfig.o_groups
+    o_rank: int = DecoderConfig.o_rank
+    indexer_kl: float = 1.0
     steps: int = 2000
     batch: int = 32
     eval_every: int = 100
@@ -251,6 +384,11 @@ class LMConfig:
         _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
         _phase_entropy(self.phase_entropy, self.operator, DISTRIBUTION_OPERATORS)
+        _nonnegative_finite("indexer_kl", self.indexer_kl)
+        if self.phase_entropy > 0 and any(k in V4_KINDS for k in self.layer_kinds):
+            raise ConfigError(
+                "phase_entropy", "regularises --layout compressed layers, not swa/csa/hca"
+            )
         if self.phase_entropy > 0 and not self.compressed:
             raise ConfigError("phase_entropy", "needs a compressed layer (--layout, --layers)")
         if self.phase_entropy > 0 and self.stride < 2:
@@ -293,15 +431,21 @@ class LMConfig:
     @property
     def compressed(self) -> bool:
         """True when some layer reads compressed entries (not the dense control)."""
-        return self.operator != "none" and "compressed" in self.layer_kinds
+        kinds = self.layer_kinds
+        return self.operator != "none" and any(k in kinds for k in ("compressed", "csa", "hca"))
+
+    @property
+    def indexed(self) -> bool:
+        """True when some csa layer keeps its entries by the indexer's top-k."""
+        return self.compressed and self.indexer_topk > 0 and "csa" in self.layer_kinds
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)
 
     def asdict(self) -> dict:
-        """The fields as a dict, `LM_MITIGATION_FIELDS` left out where at their defaults."""
+        """The fields as a dict, `LM_OPTIONAL_FIELDS` left out where at their defaults."""
         out = dataclasses.asdict(self)
-        for name in LM_MITIGATION_FIELDS:
+        for name in LM_OPTIONAL_FIELDS:
             if out[name] == _DEFAULTS[name]:
                 del out[name]
         return out

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.lm_config import LM_OPTIONAL_FIELDS, LMConfig
 from weakspots.sims.experiments import lm_mitigations
 from weakspots.sims.lm import study
 
@@ -72,7 +72,7 @@ def test_asdict_leaves_out_the_mitigations_only_at_their_defaults():
     plain = LMConfig()
     assert "stagger" not in plain.asdict() and "phase_entropy" not in plain.asdict()
     assert plain.asdict() == {
-        k: v for k, v in dataclasses.asdict(plain).items() if k not in ("stagger", "phase_entropy")
+        k: v for k, v in dataclasses.asdict(plain).items() if k not in LM_OPTIONAL_FIELDS
     }
     assert plain.replace(stagger=True).asdict()["stagger"] is True
     assert (

@@ -5,7 +5,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from weakspots.idealized.lm_config import LAYER_KINDS, LM_OPERATORS, LMConfig
+from weakspots.idealized.lm_config import (
+    LAYER_KINDS,
+    LM_OPERATORS,
+    V4_DESIGN,
+    V4_FIELDS,
+    V4_KINDS,
+    LMConfig,
+    v4_layout,
+)
 
 from . import common
 
@@ -46,7 +54,36 @@ HELP = {
     "warmup": "linear warmup steps (then cosine decay to lr/10)",
     "clip": "global gradient-norm clip",
     "seed": "seed",
+    "hca_stride": "tokens per entry of an hca layer m' (disjoint windows, no indexer)",
+    "indexer_topk": "csa: entries each query keeps by the Lightning Indexer's top-k (0: all)",
+    "index_heads": "the indexer's heads",
+    "index_dim": "the indexer's head width",
+    "shared_kv": "one K = V head and one compressor for all query heads (else one per head)",
+    "sink": "a learned attention-sink logit per head",
+    "qk_norm": "RMSNorm on the queries (per head) and on the KV",
+    "rope_fraction": "RoPE on int(F x head dim) channels of each head (0: --rope-dim)",
+    "compress_rope_theta": "RoPE base of the csa and hca layers",
+    "q_rank": "rank of the low-rank query path (0: one projection)",
+    "o_groups": "groups of heads of the grouped low-rank output projection (0: one projection)",
+    "o_rank": "rank of each output group",
+    "indexer_kl": "weight of the indexer's KL to the main attention in the training loss",
 }
+
+
+class _Given(argparse.Action):
+    """Store the value and note the flag as given (so `--design` defaults do not override it)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.__dict__.setdefault("given", set()).add(self.dest)
+
+
+class _GivenTrue(_Given):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, True, option_string)
 
 
 def register(subparsers) -> None:
@@ -68,6 +105,7 @@ def register(subparsers) -> None:
             "weakspots lm train --steps 400",
             "weakspots lm train --pairs 8 --stride 4 --eval-samples 32 --seeds 4 --json > s4.json",
             "weakspots lm train --pairs 8 --stride 4 --operator none --seeds 4  # dense control",
+            "weakspots lm train --design v4 --indexer-topk 4 --seeds 2  # DeepSeek-V4's attention",
         ),
     )
     add_lm_flags(train)
@@ -103,6 +141,7 @@ def add_lm_flags(parser: argparse.ArgumentParser) -> None:
             "rope_dim",
             "rank",
         ),  # fmt: skip
+        "DeepSeek-V4 layers (--layout swa, csa, hca)": V4_FIELDS,
     }
     grouped = {name for names in groups.values() for name in names}
     groups["training"] = tuple(
@@ -114,15 +153,35 @@ def add_lm_flags(parser: argparse.ArgumentParser) -> None:
             flag = "--" + name.replace("_", "-")
             default = getattr(_DEFAULT, name)
             if isinstance(default, bool):
-                group.add_argument(flag, action="store_true", help=HELP[name])
+                group.add_argument(flag, action=_GivenTrue, help=HELP[name])
             else:
-                group.add_argument(flag, type=type(default), default=default, help=HELP[name])
+                group.add_argument(
+                    flag, type=type(default), default=default, action=_Given, help=HELP[name]
+                )
     parser.add_argument("--seeds", type=int, default=None, help="train K seeds: seed .. seed+K-1")
+    parser.add_argument(
+        "--design",
+        default="",
+        help="v4: DeepSeek-V4's attention at small scale (layout "
+        f"{V4_DESIGN['layout']}, indexer top-{V4_DESIGN['indexer_topk']}, shared KV, sinks, "
+        "qk-norm, local window, partial RoPE); flags given beside it override its choices",
+    )
 
 
 def lm_config(args: argparse.Namespace) -> LMConfig:
+    """The `LMConfig` of the parsed flags; with `--design v4`, `V4_DESIGN` for every flag not
+    given (`--layers L` alone lays out V4's schedule over L layers)."""
     names = {f.name for f in dataclasses.fields(LMConfig)}
-    return LMConfig(**{k: v for k, v in vars(args).items() if k in names})
+    values = {k: v for k, v in vars(args).items() if k in names}
+    design = getattr(args, "design", "")
+    if design not in ("", "v4"):
+        raise common.UsageError(f"--design: the one design is v4, got {design!r}")
+    if design == "v4":
+        given = getattr(args, "given", set())
+        values.update({k: v for k, v in V4_DESIGN.items() if k not in given})
+        if "layers" in given and "layout" not in given:
+            values["layout"] = v4_layout(values["layers"])
+    return LMConfig(**values)
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -177,6 +236,11 @@ def _phase_block(title: str, s: dict) -> str:
             f"period {s['position_spectrum']['dominant_period']:.3g}",
             _near_line(s["near_query"]),
         ]
+        + (
+            ["indexer recall per csa layer " + " ".join(f"{r:.3f}" for r in s["indexer_recall"])]
+            if s.get("indexer_recall")
+            else []
+        )
     )
 
 
@@ -190,9 +254,11 @@ def _near_line(near: dict) -> str:
 
 
 def text_report(base: LMConfig, seeds: list[int], summaries: list[dict], pooled) -> str:
+    v4 = any(kind in V4_KINDS for kind in base.layer_kinds)
+    operator = f"V4 compressor (top-{base.indexer_topk})" if v4 else base.operator
     head = (
         f"T={base.seq_len} P={base.pairs} layers={','.join(base.layer_kinds)} "
-        f"d={base.d_model} H={base.heads} s={base.stride} {base.operator} "
+        f"d={base.d_model} H={base.heads} s={base.stride} {operator} "
         f"lr={base.lr:g} steps={base.steps} batch={base.batch}"
     )
     blocks = [
@@ -241,6 +307,11 @@ def register_ablate(verbs) -> None:
 
 def run_ablate(args: argparse.Namespace) -> int:
     base = lm_config(args)
+    if any(kind in V4_KINDS for kind in base.layer_kinds):
+        raise common.UsageError(
+            "--layout: lm ablate's interventions act on dense, sliding and compressed layers; "
+            "swa, csa and hca (--design v4) are trained by lm train only"
+        )
     seeds = common.seed_list(args)
     if args.cache is not None:
         import pathlib

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm.evaluate import EVAL_CHUNK, evaluate_many, phase_summary
-from weakspots.sims.lm.train import LMHyper, run_batch
+from weakspots.sims.lm.train import LMHyper, held_out_recall, run_batch
 
 METRICS = (
     "mean_accuracy", "delta_max", "delta_max_noise_floor", "interval_gap", "psc",
     "phase_accuracy", "phase_accuracy_by_key_phase", "worst_phase",
 )  # fmt: skip
-"""The phase metrics of `evaluate.phase_summary` a sweep stores per run."""
+"""The phase metrics of `evaluate.phase_summary` a sweep stores per run (and, for configs with
+an indexer, `indexer_recall`: its mean over csa layers on the held-out batch)."""
 
 
 def bytes_per_run(config: LMConfig) -> int:
@@ -60,6 +62,9 @@ def execute(configs: Sequence[LMConfig], padded: int) -> list[tuple[dict, dict]]
         metrics["straddling_accuracy"] = summary["straddle_accuracy"]["straddling"]["accuracy"]
         metrics["near_query_accuracy"] = summary["near_query"]["accuracy"]
         metrics["final_loss"] = float(history.loss[r, -1])
+        if static.indexed:
+            run = jax.tree.map(lambda x, r=r: x[r], params)
+            metrics["indexer_recall"] = float(np.mean(np.asarray(held_out_recall(static, run))))
         metrics["diverged"] = False
         out.append((metrics, trajectory))
     return out

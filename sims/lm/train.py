@@ -29,6 +29,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
 from weakspots.idealized.recall import RecallBatch, sample_batch
+from weakspots.idealized.v4_attention import IndexerStat
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import TrainingDiverged
 
@@ -159,10 +160,41 @@ def pooling_entropy(config: LMConfig, params: nnx.State) -> Array:
     return jnp.mean(-jnp.sum(p * jnp.log(jnp.maximum(p, 1e-30)), axis=-1))
 
 
+def indexer_statistics(
+    config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]
+) -> tuple[Array, Array, Array]:
+    """Query logits, and per csa layer with an indexer its KL loss and its recall `(layers,)`.
+
+    The KL runs from the main attention's distribution over the visible compressed entries
+    (stop-gradient) to the indexer's; recall is the share of the entries the main
+    attention ranks in its top `indexer_topk` that the indexer keeps
+    (`idealized.v4_attention.indexer_statistics`).
+    """
+    model = merge(config.decoder, params)
+    forward = nnx.capture(
+        lambda m, t: m(t, record=True, start=config.task.context_len), IndexerStat
+    )
+    logits, stats = forward(model, tokens)
+    flat = dict(nnx.to_flat_state(stats))
+    kl = [v.get_value()[0] for path, v in flat.items() if path[-1] == "indexer_kl"]
+    recall = [v.get_value()[0] for path, v in flat.items() if path[-1] == "indexer_recall"]
+    return logits, jnp.stack(kl), jnp.stack(recall)
+
+
+def indexer_recall(config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]) -> Array:
+    """Per csa layer, the indexer's recall of the entries the main attention would pick."""
+    return indexer_statistics(config, params, tokens)[2]
+
+
 def training_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
     """The objective of a step: `sequence_loss`, minus `phase_entropy` times `pooling_entropy`
-    when `config.phase_entropy > 0` (the toy's phase-entropy regulariser)."""
-    loss = sequence_loss(config, params, batch)
+    when `config.phase_entropy > 0` (the toy's phase-entropy regulariser), plus
+    `indexer_kl` times the mean indexer KL over csa layers when they have an indexer."""
+    if config.indexed:
+        logits, kl, _ = indexer_statistics(config, params, batch.tokens)
+        loss = _loss(config, logits, batch) + config.indexer_kl * jnp.mean(kl)
+    else:
+        loss = sequence_loss(config, params, batch)
     if config.phase_entropy > 0:
         loss = loss - config.phase_entropy * pooling_entropy(config, params)
     return loss
@@ -206,6 +238,12 @@ def _record(config: LMConfig, params: nnx.State, held_out: RecallBatch):
         _loss(config, logits, held_out),
         jnp.mean(_first_query_correct(config, logits, held_out).astype(DTYPE)),
     )
+
+
+@partial(jit, static_argnums=0)
+def held_out_recall(config: LMConfig, params: nnx.State) -> Array:
+    """`indexer_recall` on the running evaluation's held-out sequences, per csa layer."""
+    return indexer_recall(config, params, held_out_batch(config).tokens)
 
 
 @partial(jit, static_argnums=0)
@@ -306,6 +344,9 @@ class LMResult:
             None if w is None else np.asarray(w).tolist() for w in self.model.pooling_weights()
         ]
         out["pooling_weights"] = weights if any(w is not None for w in weights) else None
+        if self.config.indexed:
+            recall = held_out_recall(self.config.static, self.params)
+            out["indexer_recall"] = np.asarray(recall).tolist()
         out["final_loss"] = float(self.history.loss[-1])
         out["final_eval_accuracy"] = float(self.history.eval_accuracy[-1])
         out["wall_seconds"] = self.wall_seconds
@@ -376,12 +417,13 @@ def model_flops_per_step(config: LMConfig) -> float:
     flops = 2 * d * V * (T - config.task.context_len)
     for kind in config.layer_kinds:
         flops += (2 * 4 * d * d + 2 * 2 * config.mlp * d * d) * T
-        if kind == "dense" or (kind == "compressed" and config.operator == "none"):
+        dense = kind in ("compressed", "csa", "hca") and config.operator == "none"
+        if kind == "dense" or dense:
             scored = T * T
-        elif kind == "sliding":
+        elif kind in ("sliding", "swa"):
             scored = local(config.window)
         else:
-            scored = T * (T // config.stride)
+            scored = T * (T // (config.hca_stride if kind == "hca" else config.stride))
             scored += local(config.local_window) if config.local_window else 0
         flops += 2 * 2 * d * scored
     return 3.0 * flops * config.batch
@@ -399,6 +441,9 @@ __all__ = [
     "advance",
     "first_query_correct",
     "graphdef",
+    "held_out_recall",
+    "indexer_recall",
+    "indexer_statistics",
     "init",
     "learning_rate",
     "merge",

@@ -1,0 +1,1 @@
+"""Bridges to other implementations: load their weights into the project's layers (`interop.hf`)."""

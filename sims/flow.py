@@ -31,6 +31,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from weakspots.idealized import footprint
 from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
@@ -241,8 +242,22 @@ def _crossing_event():
     return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10), direction=True)
 
 
-@functools.partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
-def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps):
+def _mechanism_objective(mechanism):
+    """The reduced objective of a model kind's flow config (`footprint.flow_loss`), gain fixed."""
+    loss = footprint.flow_loss(mechanism)
+
+    def objective(state: FlowState, args: FlowArgs):
+        return loss(state.pooling_logits, args.chunks)
+
+    return objective
+
+
+@functools.partial(
+    jit, static_argnames=("loss", "gain_parametrisation", "max_steps", "mechanism")
+)
+def _solve_batch(
+    y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps, mechanism=None
+):
     """Reduced flows with a leading run axis on every input but ts: (T,) shared, or (B, T).
 
     Two passes of one compiled solve (`lax.scan`), both from y0 at ts[0]: the first saves
@@ -256,6 +271,8 @@ def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametris
     loss_fn = functools.partial(
         reduced_objective, loss=loss, gain_parametrisation=gain_parametrisation
     )
+    if mechanism is not None:  # a model kind's flow (idealized.footprint): its own loss
+        loss_fn = _mechanism_objective(mechanism)
 
     def pass_loss(y, pass_args):
         return loss_fn(y, pass_args[0])
@@ -469,6 +486,7 @@ def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
         loss=static.loss,
         gain_parametrisation=static.gain_parametrisation,
         max_steps=static.max_steps,
+        mechanism=static if footprint.is_footprint(static) else None,
     )
     count = len(configs)
     history = jax.tree_util.tree_map(lambda x: _to_host(x)[:count], history)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 
 import numpy as np
 
 from weakspots import theory
+from weakspots.idealized import footprint
 
 from . import common
 
@@ -15,10 +17,12 @@ MODELS = ("toy", "footprint", "selection")
 MAX_LOGIT = 700.0  # exp() of the entry logits overflows float64 past ~709
 
 
-def add_model_kind_flags(parser: argparse.ArgumentParser) -> None:
-    """`--model --window --carry-gain --decoy-gain --topk --indexer-weights`."""
+def add_model_kind_flags(parser: argparse.ArgumentParser, selection: bool = True) -> None:
+    """`--model --window --carry-gain --decoy-gain`, and with `selection` `--topk
+    --indexer-weights` (predict only: the selection model is not trained here)."""
     group = parser.add_argument_group("model kind (docs/theory.md §9.4-§9.5)")
-    group.add_argument("--model", default="toy", help=f"one of {', '.join(MODELS)}")
+    kinds = MODELS if selection else MODELS[:2]
+    group.add_argument("--model", default="toy", help=f"one of {', '.join(kinds)}")
     group.add_argument(
         "--window", type=int, default=1, help="footprint: carry width W (tokens after the value)"
     )
@@ -34,6 +38,8 @@ def add_model_kind_flags(parser: argparse.ArgumentParser) -> None:
         default=0.0,
         help="footprint: g_D = beta_D/s, the key token's logit under mean pooling",
     )
+    if not selection:
+        return
     group.add_argument("--topk", type=int, default=1, help="selection: entries kept, k")
     group.add_argument(
         "--indexer-weights",
@@ -96,6 +102,41 @@ def indexer_weights(args: argparse.Namespace) -> np.ndarray:
             f"got {args.indexer_weights!r}"
         )
     return values / values.sum()
+
+
+KIND_FIELDS = ("window", "carry_gain", "decoy_gain")
+
+
+def _kind(args: argparse.Namespace) -> str:
+    kinds = MODELS[:2]
+    if args.model not in kinds:
+        raise common.UsageError(
+            f"--model: must be one of {', '.join(kinds)} here (selection: `weakspots predict` "
+            f"only), got {args.model!r}"
+        )
+    if args.model == "toy":
+        for name in KIND_FIELDS:
+            default = {"window": 1, "carry_gain": 1.0, "decoy_gain": 0.0}[name]
+            if getattr(args, name) != default:
+                flag = "--" + name.replace("_", "-")
+                raise common.UsageError(f"{flag}: applies only to --model footprint")
+    return args.model
+
+
+def train_config(args: argparse.Namespace):
+    """The TrainConfig (toy) or FootprintTrainConfig the flags name (ConfigError/UsageError)."""
+    if _kind(args) == "toy":
+        return common.train_config(args)
+    names = {f.name for f in dataclasses.fields(footprint.FootprintTrainConfig)}
+    return footprint.FootprintTrainConfig(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def flow_config(args: argparse.Namespace, toy_config):
+    """The FlowConfig (toy, `toy_config(args)`) or FootprintFlowConfig the flags name."""
+    if _kind(args) == "toy":
+        return toy_config(args)
+    names = {f.name for f in dataclasses.fields(footprint.FootprintFlowConfig)}
+    return footprint.FootprintFlowConfig(**{k: v for k, v in vars(args).items() if k in names})
 
 
 def footprint_predictions(stride: int, window: int, chunks: int, carry_gain, decoy_gain) -> dict:

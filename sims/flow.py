@@ -31,7 +31,7 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
-from weakspots.idealized import footprint
+from weakspots.idealized import footprint, selection
 from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
@@ -242,12 +242,22 @@ def _crossing_event():
     return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10), direction=True)
 
 
+def _kind_module(config):
+    """idealized.footprint or idealized.selection for their flow configs, else None (the toy)."""
+    if footprint.is_footprint(config):
+        return footprint
+    if selection.is_selection(config):
+        return selection
+    return None
+
+
 def _mechanism_objective(mechanism):
-    """The reduced objective of a model kind's flow config (`footprint.flow_loss`), gain fixed."""
-    loss = footprint.flow_loss(mechanism)
+    """The reduced objective of a model kind's flow config (its module's `flow_loss`), gain fixed."""
+    loss = _kind_module(mechanism).flow_loss(mechanism)
 
     def objective(state: FlowState, args: FlowArgs):
-        return loss(state.pooling_logits, args.chunks)
+        gain = jax.lax.stop_gradient(gain_from_param(state.gain_param, mechanism.gain_parametrisation))
+        return loss(state.pooling_logits, args.chunks, gain[0])
 
     return objective
 
@@ -486,7 +496,7 @@ def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
         loss=static.loss,
         gain_parametrisation=static.gain_parametrisation,
         max_steps=static.max_steps,
-        mechanism=static if footprint.is_footprint(static) else None,
+        mechanism=None if _kind_module(static) is None else static,
     )
     count = len(configs)
     history = jax.tree_util.tree_map(lambda x: _to_host(x)[:count], history)

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized import footprint
+from weakspots.idealized import footprint, selection
 from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,
@@ -40,6 +40,15 @@ from weakspots.sims.progress import Progress
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
+
+
+def _kind_module(config):
+    """idealized.footprint or idealized.selection for their configs, else None (the toy)."""
+    if footprint.is_footprint(config):
+        return footprint
+    if selection.is_selection(config):
+        return selection
+    return None
 
 
 class TrainingDiverged(RuntimeError):
@@ -125,8 +134,9 @@ def _params(model: RetrievalModel):
 def init(config: TrainConfig, hyper: Hyper) -> TrainState:
     """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
     k_model, k_data = run_keys(hyper.seed)
-    if footprint.is_footprint(config):
-        model = footprint.init_model_for_seed(hyper.seed, config, hyper.gain, hyper.init_scale, DTYPE)
+    kind = _kind_module(config)
+    if kind is not None:
+        model = kind.init_model_for_seed(hyper.seed, config, hyper.gain, hyper.init_scale, DTYPE)
     else:
         model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
     opt_state = _optimizer(config, hyper.lr).init(_params(model))
@@ -138,11 +148,12 @@ def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainSta
     key, k_batch = split_key(state.key)
     model = state.model
     params, static = eqx.partition(model, eqx.is_inexact_array)
-    if footprint.is_footprint(config):
-        batch = footprint.sample_batch(k_batch, config, config.batch, dtype=DTYPE)
+    kind = _kind_module(config)
+    if kind is not None:
+        batch = kind.sample_batch(k_batch, config, config.batch, dtype=DTYPE)
 
         def loss_fn(params):
-            return footprint.objective(eqx.combine(params, static), batch, config)
+            return kind.objective(eqx.combine(params, static), batch, config)
 
     else:
         batch = sample_batch(
@@ -250,8 +261,8 @@ def evaluate(
 
 
 def _record(config: TrainConfig, state: TrainState, hyper: Hyper, held_out) -> dict:
-    if footprint.is_footprint(config):
-        acc, loss = footprint.evaluate(config, state.model, DTYPE)
+    if _kind_module(config) is not None:
+        acc, loss = _kind_module(config).evaluate(config, state.model, DTYPE)
     else:
         acc, loss = evaluate(config, state.model, held_out)
     weights = state.model.pooling_weights()
@@ -427,7 +438,7 @@ def run_batch(
     config = config.static
     runs, unsharded = hyper.seed.shape[0], hyper
     check_memory(config, runs, 1 if mesh is None else mesh.size)
-    gram = config.model.uses_gram and not footprint.is_footprint(config)
+    gram = config.model.uses_gram and _kind_module(config) is None
     held_out = _shared_held_out(config) if gram else None
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)

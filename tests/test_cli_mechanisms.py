@@ -81,6 +81,12 @@ def test_train_and_flow_footprint_run(capsys):
     assert out["config"]["window"] == 4 and len(out["phase_accuracy"]) == 3
     flow = run_json(["flow", *tiny, "--t1", "5", "--saves", "3"], capsys)
     assert len(flow["times"]) == 3
+    pick = ["--model", "selection", "--stride", "3", "--chunks", "9", "--topk", "3"]
+    out = run_json(["train", *pick, "--steps", "2", "--eval-every", "2", "--eval-samples", "32",
+                    "--batch", "8", "--quiet"], capsys)
+    assert out["config"]["topk"] == 3
+    flow = run_json(["flow", *pick, "--t1", "5", "--saves", "2"], capsys)
+    assert np.asarray(flow["pooling_weights"]).shape == (2, 2, 3)  # (times, main+indexer, s)
 
 
 @pytest.mark.parametrize(
@@ -93,7 +99,9 @@ def test_train_and_flow_footprint_run(capsys):
         (["predict", "--model", "selection", "--indexer-weights", "1,2"], "--indexer-weights"),
         (["predict", "--model", "tiny"], "--model"),
         (["train", "--window", "3"], "--window"),
-        (["flow", "--model", "selection"], "--model"),
+        (["flow", "--model", "tiny"], "--model"),
+        (["flow", "--model", "selection", "--heads", "2"], "--heads"),
+        (["train", "--model", "footprint", "--topk", "3"], "--topk"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(capsys, argv, flag):

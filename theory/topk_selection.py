@@ -178,3 +178,31 @@ def topk_gap_requirement(gap=0.4, chunks=32768, topk=512, sigma=1.0):
     need = 2.0 * s_eff * float(ndtri((1.0 + float(gap)) / 2.0))
     return {"gap": float(gap), "step_location": t, "step_width": w, "effective_width": s_eff,
             "margin_spread_needed": need}
+
+
+def reduced_selection_loss(pooling_logits, index_logits, gain, chunks, topk):
+    """The selection model's d = inf loss (docs/theory.md §9.5.1), jax, differentiable.
+
+    pooling_logits, index_logits: (s,) main and indexer logits; gain beta (both); chunks N;
+    topk k. At d = inf the needle's indexer score beta alpha_I[phi] > 0 beats the distractors'
+    0, so it is always selected and the main readout is the toy's over k entries,
+    k/(k-1) (1 - sigma_k(beta alpha_phi))^2 (0 at k = 1); the indexer's KL to the main
+    attention's two-level distribution over N entries is
+    sigma log(sigma/tau) + (1 - sigma) log((1 - sigma)/(1 - tau)), sigma = sigma_N(beta alpha_phi)
+    held fixed, tau = sigma_N(beta alpha_I[phi]). Returns the mean over phases.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    alpha = jax.nn.softmax(pooling_logits)
+    alpha_index = jax.nn.softmax(index_logits)
+    if int(topk) > 1:
+        sig_k = jax.nn.sigmoid(gain * alpha - jnp.log(topk - 1.0))
+        main = topk / (topk - 1.0) * (1.0 - sig_k) ** 2
+    else:
+        main = jnp.zeros_like(alpha)
+    sigma = jax.lax.stop_gradient(jax.nn.sigmoid(gain * alpha - jnp.log(chunks - 1.0)))
+    log_tau = jax.nn.log_sigmoid(gain * alpha_index - jnp.log(chunks - 1.0))
+    log_rest = jax.nn.log_sigmoid(-(gain * alpha_index - jnp.log(chunks - 1.0)))
+    kl = sigma * (jnp.log(sigma) - log_tau) + (1.0 - sigma) * (jnp.log1p(-sigma) - log_rest)
+    return jnp.mean(main + kl)

@@ -108,7 +108,7 @@ def register(subparsers) -> None:
         default=_DEFAULT.event_level,
         help=_h("the specialisation time is when |centred pooling logits| reaches this"),
     )
-    mechanisms.add_model_kind_flags(parser, selection=False)
+    mechanisms.add_model_kind_flags(parser, predict=False)
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 

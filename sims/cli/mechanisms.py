@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized import footprint
+from weakspots.idealized import footprint, selection
 
 from . import common
 
@@ -17,12 +17,11 @@ MODELS = ("toy", "footprint", "selection")
 MAX_LOGIT = 700.0  # exp() of the entry logits overflows float64 past ~709
 
 
-def add_model_kind_flags(parser: argparse.ArgumentParser, selection: bool = True) -> None:
-    """`--model --window --carry-gain --decoy-gain`, and with `selection` `--topk
-    --indexer-weights` (predict only: the selection model is not trained here)."""
+def add_model_kind_flags(parser: argparse.ArgumentParser, predict: bool = True) -> None:
+    """`--model --window --carry-gain --decoy-gain --topk`, and for `predict`
+    `--indexer-weights` (train and flow learn the indexer's weights)."""
     group = parser.add_argument_group("model kind (docs/theory.md §9.4-§9.5)")
-    kinds = MODELS if selection else MODELS[:2]
-    group.add_argument("--model", default="toy", help=f"one of {', '.join(kinds)}")
+    group.add_argument("--model", default="toy", help=f"one of {', '.join(MODELS)}")
     group.add_argument(
         "--window", type=int, default=1, help="footprint: carry width W (tokens after the value)"
     )
@@ -38,9 +37,9 @@ def add_model_kind_flags(parser: argparse.ArgumentParser, selection: bool = True
         default=0.0,
         help="footprint: g_D = beta_D/s, the key token's logit under mean pooling",
     )
-    if not selection:
-        return
     group.add_argument("--topk", type=int, default=1, help="selection: entries kept, k")
+    if not predict:
+        return
     group.add_argument(
         "--indexer-weights",
         default=None,
@@ -104,39 +103,46 @@ def indexer_weights(args: argparse.Namespace) -> np.ndarray:
     return values / values.sum()
 
 
-KIND_FIELDS = ("window", "carry_gain", "decoy_gain")
+KIND_DEFAULTS = {"window": 1, "carry_gain": 1.0, "decoy_gain": 0.0, "topk": 1}
+KIND_OF = {"window": "footprint", "carry_gain": "footprint", "decoy_gain": "footprint", "topk": "selection"}
 
 
 def _kind(args: argparse.Namespace) -> str:
-    kinds = MODELS[:2]
-    if args.model not in kinds:
-        raise common.UsageError(
-            f"--model: must be one of {', '.join(kinds)} here (selection: `weakspots predict` "
-            f"only), got {args.model!r}"
-        )
-    if args.model == "toy":
-        for name in KIND_FIELDS:
-            default = {"window": 1, "carry_gain": 1.0, "decoy_gain": 0.0}[name]
-            if getattr(args, name) != default:
-                flag = "--" + name.replace("_", "-")
-                raise common.UsageError(f"{flag}: applies only to --model footprint")
+    if args.model not in MODELS:
+        raise common.UsageError(f"--model: must be one of {', '.join(MODELS)}, got {args.model!r}")
+    for name, default in KIND_DEFAULTS.items():
+        if getattr(args, name) != default and KIND_OF[name] != args.model:
+            flag = "--" + name.replace("_", "-")
+            raise common.UsageError(f"{flag}: applies only to --model {KIND_OF[name]}")
     return args.model
 
 
+def _build(cls, args: argparse.Namespace, **overrides):
+    names = {f.name for f in dataclasses.fields(cls)} - set(overrides)
+    return cls(**{k: v for k, v in vars(args).items() if k in names}, **overrides)
+
+
 def train_config(args: argparse.Namespace):
-    """The TrainConfig (toy) or FootprintTrainConfig the flags name (ConfigError/UsageError)."""
-    if _kind(args) == "toy":
+    """The TrainConfig (toy), FootprintTrainConfig or SelectionTrainConfig the flags name."""
+    kind = _kind(args)
+    if kind == "toy":
         return common.train_config(args)
-    names = {f.name for f in dataclasses.fields(footprint.FootprintTrainConfig)}
-    return footprint.FootprintTrainConfig(**{k: v for k, v in vars(args).items() if k in names})
+    if kind == "footprint":
+        return _build(footprint.FootprintTrainConfig, args)
+    return _build(selection.SelectionTrainConfig, args)
 
 
 def flow_config(args: argparse.Namespace, toy_config):
-    """The FlowConfig (toy, `toy_config(args)`) or FootprintFlowConfig the flags name."""
-    if _kind(args) == "toy":
+    """The FlowConfig (toy, `toy_config(args)`), FootprintFlowConfig or SelectionFlowConfig
+    (its two rows main and indexer: `--heads` is not asked for) the flags name."""
+    kind = _kind(args)
+    if kind == "toy":
         return toy_config(args)
-    names = {f.name for f in dataclasses.fields(footprint.FootprintFlowConfig)}
-    return footprint.FootprintFlowConfig(**{k: v for k, v in vars(args).items() if k in names})
+    if kind == "footprint":
+        return _build(footprint.FootprintFlowConfig, args)
+    if args.heads != 1:
+        raise common.UsageError("--heads: the selection flow has one head and one indexer")
+    return _build(selection.SelectionFlowConfig, args, heads=2)
 
 
 def footprint_predictions(stride: int, window: int, chunks: int, carry_gain, decoy_gain) -> dict:

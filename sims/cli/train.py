@@ -22,7 +22,7 @@ def register(subparsers) -> None:
         ),
     )
     common.add_train_flags(parser)
-    mechanisms.add_model_kind_flags(parser, selection=False)
+    mechanisms.add_model_kind_flags(parser, predict=False)
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 

@@ -135,6 +135,7 @@ from .topk_selection import indexer_margin as topk_indexer_margin
 from .topk_selection import miss_probability as topk_miss_probability
 from .topk_selection import miss_probability_step as topk_miss_probability_step
 from .topk_selection import phase_miss_probability as topk_phase_miss_probability
+from .topk_selection import reduced_selection_loss as topk_reduced_loss
 from .topk_selection import selection_accuracy as topk_accuracy
 from .topk_selection import step_location as topk_step_location
 from .topk_selection import step_width as topk_step_width

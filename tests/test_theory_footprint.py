@@ -100,10 +100,21 @@ def test_weakest_phase_is_nearest_phi_star_among_phases_1_to_s_minus_rho(stride,
     phi_star = fp.weakest_phase_flat(stride, window, carry_gain, decoy_gain)
     alpha = np.full(stride, 1.0 / stride)
     _, logit = brute_force(alpha, stride, 40, np.ones(window), carry_gain * stride, decoy_gain * stride)
-    region = np.arange(1, stride - rho)
+    region = np.arange(1, stride - rho + 1)
     assert region[0] <= phi_star <= region[-1]
     weakest = region[np.argmin(logit[region])]
     assert abs(weakest - phi_star) <= 0.5 + 1e-12
+
+
+@pytest.mark.parametrize("stride,window,carry_gain,decoy_gain", [(6, 15, 0.4, 0.9), (9, 22, 0.3, 0.2)])
+def test_the_wrapped_phases_form_a_second_well(stride, window, carry_gain, decoy_gain):
+    rho = window % stride
+    centre = fp.weakest_phase_wrapped(stride, window, carry_gain, decoy_gain)
+    alpha = np.full(stride, 1.0 / stride)
+    _, logit = brute_force(alpha, stride, 40, np.ones(window), carry_gain * stride, decoy_gain * stride)
+    region = np.arange(stride - rho + 1, stride)
+    weakest = region[np.argmin(logit[region])]
+    assert abs(weakest - np.clip(centre, region[0], region[-1])) <= 0.5 + 1e-12
 
 
 def test_phase_zero_can_be_weaker_than_phi_star_when_the_key_counts():

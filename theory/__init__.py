@@ -51,6 +51,7 @@ from .footprint import max_growth_rate as footprint_max_growth_rate
 from .footprint import retrieval_vs_length as footprint_retrieval_vs_length
 from .footprint import uncovered_phases as footprint_uncovered_phases
 from .footprint import weakest_phase_flat as footprint_weakest_phase
+from .footprint import weakest_phase_wrapped as footprint_weakest_phase_wrapped
 from .gain import dropped_phase_rate as dropped_phase_rate
 from .gain import gain_race as gain_race
 from .gain import learned_gain_outcome as learned_gain_outcome

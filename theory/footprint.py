@@ -215,12 +215,27 @@ def allocation_law(stride: int, carry_gain, decoy_gain=0.0) -> np.ndarray:
 def weakest_phase_flat(stride: int, window: int, carry_gain, decoy_gain=0.0) -> float:
     """phi* = (s - rho)/2 + g_D/(2 g), W = q s + rho: the continuous minimiser of m_eff (docs/theory.md §9.4.1).
 
-    For phases 1 <= phi < s - rho with q >= 1, m_eff = log((q-1) e^(gs) + e^(g(s-phi) + g_D)
+    For phases 1 <= phi <= s - rho with q >= 1, m_eff = log((q-1) e^(gs) + e^(g(s-phi) + g_D)
     + e^(g(rho + phi))), whose phi-dependent part is a cosh centred on phi*; the integer
-    weakest phase among those is the one nearest phi*. Returns a float.
+    weakest phase among those is the one nearest phi*. It need not be the weakest phase
+    overall: phase 0 and the wrapped phases (weakest_phase_wrapped) compete. Returns a float.
     """
     rho = int(window) % int(stride)
     return (int(stride) - rho) / 2.0 + decoy_gain / (2.0 * carry_gain)
+
+
+def weakest_phase_wrapped(stride: int, window: int, carry_gain, decoy_gain=0.0) -> float:
+    """The second well of m_eff under flat carry, phases s - rho < phi < s (docs/theory.md §9.4.1).
+
+    There the carry spills into a (q+1)-th entry with rho + phi - s tokens:
+    m_eff = log(q e^(gs) + e^(g(s - phi) + g_D) + e^(g(rho + phi - s))), a cosh centred on
+    s - rho/2 + g_D/(2 g). The weakest phase overall is the lowest of this well's, the first
+    well's (weakest_phase_flat) and phase 0. nan when rho = 0 (no such phases). Returns a float.
+    """
+    rho = int(window) % int(stride)
+    if rho == 0:
+        return math.nan
+    return int(stride) - rho / 2.0 + decoy_gain / (2.0 * carry_gain)
 
 
 def gap_bound(multiple: int, key_logit=0.0) -> float:

@@ -31,7 +31,6 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logsumexp
 
-from .needle_mass import sigma_n
 
 
 def flat_carry(window: int, share: float = 1.0) -> np.ndarray:
@@ -400,8 +399,3 @@ def footprint_gap_requirement(gap=0.4, multiple=None, read_spread=0.0):
         out["carry_only_ceiling"] = logistic_gap_ceiling(gap_bound(q)) + float(read_spread)
         out["key_logit_needed"] = math.log((q - 1) * math.expm1(need)) if need > 0 else -math.inf
     return out
-
-
-def toy_limit_check(pooling_weights, chunks, gain):
-    """M(phi) of the toy, sigma_N(beta alpha_phi): the §9.4 model's limit c_r = [r = 0], beta_D = 0."""
-    return sigma_n(gain * np.asarray(pooling_weights, dtype=float), chunks)

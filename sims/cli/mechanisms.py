@@ -175,6 +175,11 @@ def footprint_predictions(stride: int, window: int, chunks: int, carry_gain, dec
             if q >= 1 and carry_gain > 0
             else None
         ),
+        "weakest_phase_wrapped": (
+            theory.footprint_weakest_phase_wrapped(s, window, carry_gain, decoy_gain)
+            if q >= 1 and rho > 0 and carry_gain > 0
+            else None
+        ),
         "gap_bound": (
             theory.footprint_gap_bound(q, key_gain / s) if rho == 0 and q >= 2 else None
         ),

@@ -136,21 +136,6 @@ class FootprintFlowConfig(FlowConfig):
     model_kind = "footprint"
 
 
-def flow_loss(config: FootprintFlowConfig):
-    """The footprint flow's objective as `loss(pooling_logits (H=1, s), chunks, gain)` (jax;
-    the gain does not enter at d = inf, only g and g_D)."""
-    from weakspots.theory.footprint import footprint_loss  # theory imports idealized
-
-    carry = np.ones(config.window)
-    s = config.stride
-
-    def loss(pooling_logits, chunks, gain):
-        del gain
-        return footprint_loss(pooling_logits[0], s, chunks, carry, config.carry_gain * s, config.decoy_gain * s)
-
-    return loss
-
-
 class FootprintBatch(eqx.Module):
     """Problems of the footprint task: the products q . x (B, N, s) of the plain keys, the
     query norms r = |q|^2 (B,) and the phases (B,)."""

@@ -87,18 +87,6 @@ class SelectionFlowConfig(FlowConfig):
     model_kind = "selection"
 
 
-def flow_loss(config: SelectionFlowConfig):
-    """The selection flow's objective `loss(pooling_logits (2, s), chunks, gain)` (jax)."""
-    from weakspots.theory.topk_selection import reduced_selection_loss  # theory imports idealized
-
-    topk = config.topk
-
-    def loss(pooling_logits, chunks, gain):
-        return reduced_selection_loss(pooling_logits[0], pooling_logits[1], gain, chunks, topk)
-
-    return loss
-
-
 class SelectionBatch(eqx.Module):
     """Problems: main and indexer products (B, N, s) with the needle at entry 0, and phases."""
 

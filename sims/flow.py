@@ -37,7 +37,9 @@ from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
+from weakspots.theory.footprint import footprint_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
+from weakspots.theory.topk_selection import reduced_selection_loss
 
 __all__ = [
     "FlowArgs",
@@ -252,12 +254,17 @@ def _kind_module(config):
 
 
 def _mechanism_objective(mechanism):
-    """The reduced objective of a model kind's flow config (its module's `flow_loss`), gain fixed."""
-    loss = _kind_module(mechanism).flow_loss(mechanism)
+    """The d = inf objective of a model kind's flow config, gain fixed: theory.footprint_loss
+    (flat carry; docs/theory.md §9.4) or theory.topk_reduced_loss (rows main and indexer; §9.5.1)."""
+    s = mechanism.stride
 
     def objective(state: FlowState, args: FlowArgs):
+        logits = state.pooling_logits
         gain = jax.lax.stop_gradient(gain_from_param(state.gain_param, mechanism.gain_parametrisation))
-        return loss(state.pooling_logits, args.chunks, gain[0])
+        if footprint.is_footprint(mechanism):
+            carry, g, g_d = np.ones(mechanism.window), mechanism.carry_gain, mechanism.decoy_gain
+            return footprint_loss(logits[0], s, args.chunks, carry, g * s, g_d * s)
+        return reduced_selection_loss(logits[0], logits[1], gain[0], args.chunks, mechanism.topk)
 
     return objective
 

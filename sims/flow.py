@@ -31,12 +31,15 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
+from weakspots.idealized import footprint, selection
 from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
+from weakspots.theory.footprint import footprint_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
+from weakspots.theory.topk_selection import reduced_selection_loss
 from weakspots.idealized.precision import float64_module
 
 __all__ = [
@@ -242,8 +245,37 @@ def _crossing_event():
     return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10), direction=True)
 
 
-@functools.partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps"))
-def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps):
+def _kind_module(config):
+    """idealized.footprint or idealized.selection for their flow configs, else None (the toy)."""
+    if footprint.is_footprint(config):
+        return footprint
+    if selection.is_selection(config):
+        return selection
+    return None
+
+
+def _mechanism_objective(mechanism):
+    """The d = inf objective of a model kind's flow config, gain fixed: theory.footprint_loss
+    (flat carry; docs/theory.md §9.4) or theory.topk_reduced_loss (rows main and indexer; §9.5.1)."""
+    s = mechanism.stride
+
+    def objective(state: FlowState, args: FlowArgs):
+        logits = state.pooling_logits
+        gain = jax.lax.stop_gradient(gain_from_param(state.gain_param, mechanism.gain_parametrisation))
+        if footprint.is_footprint(mechanism):
+            carry, g, g_d = np.ones(mechanism.window), mechanism.carry_gain, mechanism.decoy_gain
+            return footprint_loss(logits[0], s, args.chunks, carry, g * s, g_d * s)
+        return reduced_selection_loss(logits[0], logits[1], gain[0], args.chunks, mechanism.topk)
+
+    return objective
+
+
+@functools.partial(
+    jit, static_argnames=("loss", "gain_parametrisation", "max_steps", "mechanism")
+)
+def _solve_batch(
+    y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps, mechanism=None
+):
     """Reduced flows with a leading run axis on every input but ts: (T,) shared, or (B, T).
 
     Two passes of one compiled solve (`lax.scan`), both from y0 at ts[0]: the first saves
@@ -257,6 +289,8 @@ def _solve_batch(y0, args, ts, event_level, rtol, atol, *, loss, gain_parametris
     loss_fn = functools.partial(
         reduced_objective, loss=loss, gain_parametrisation=gain_parametrisation
     )
+    if mechanism is not None:  # a model kind's flow (idealized.footprint): its own loss
+        loss_fn = _mechanism_objective(mechanism)
 
     def pass_loss(y, pass_args):
         return loss_fn(y, pass_args[0])
@@ -470,6 +504,7 @@ def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
         loss=static.loss,
         gain_parametrisation=static.gain_parametrisation,
         max_steps=static.max_steps,
+        mechanism=None if _kind_module(static) is None else static,
     )
     count = len(configs)
     history = jax.tree_util.tree_map(lambda x: _to_host(x)[:count], history)

@@ -23,6 +23,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from weakspots.idealized import footprint, selection
 from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,
@@ -40,6 +41,15 @@ from weakspots.idealized.precision import float64_module
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
+
+
+def _kind_module(config):
+    """idealized.footprint or idealized.selection for their configs, else None (the toy)."""
+    if footprint.is_footprint(config):
+        return footprint
+    if selection.is_selection(config):
+        return selection
+    return None
 
 
 class TrainingDiverged(RuntimeError):
@@ -125,7 +135,11 @@ def _params(model: RetrievalModel):
 def init(config: TrainConfig, hyper: Hyper) -> TrainState:
     """The initial state of one run (vmap it over a stacked `Hyper` for many)."""
     k_model, k_data = run_keys(hyper.seed)
-    model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
+    kind = _kind_module(config)
+    if kind is not None:
+        model = kind.init_model_for_seed(hyper.seed, config, hyper.gain, hyper.init_scale, DTYPE)
+    else:
+        model = init_model(k_model, config.model, hyper.gain, hyper.init_scale, DTYPE)
     opt_state = _optimizer(config, hyper.lr).init(_params(model))
     return TrainState(model, opt_state, k_data, jnp.zeros((), jnp.int32))
 
@@ -134,11 +148,21 @@ def step(config: TrainConfig, state: TrainState, hyper: Hyper) -> tuple[TrainSta
     """One SGD/Adam step on a fresh minibatch; steps past `config.steps` leave the state as is."""
     key, k_batch = split_key(state.key)
     model = state.model
-    batch = sample_batch(k_batch, config.model, config.batch, keys=not model.uses_gram, dtype=DTYPE)
     params, static = eqx.partition(model, eqx.is_inexact_array)
+    kind = _kind_module(config)
+    if kind is not None:
+        batch = kind.sample_batch(k_batch, config, config.batch, dtype=DTYPE)
 
-    def loss_fn(params):
-        return objective(eqx.combine(params, static), batch, config.loss, hyper.weight_decay)
+        def loss_fn(params):
+            return kind.objective(eqx.combine(params, static), batch, config)
+
+    else:
+        batch = sample_batch(
+            k_batch, config.model, config.batch, keys=not model.uses_gram, dtype=DTYPE
+        )
+
+        def loss_fn(params):
+            return objective(eqx.combine(params, static), batch, config.loss, hyper.weight_decay)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
     updates, opt_state = _optimizer(config, hyper.lr).update(grads, state.opt_state, params)
@@ -238,7 +262,10 @@ def evaluate(
 
 
 def _record(config: TrainConfig, state: TrainState, hyper: Hyper, held_out) -> dict:
-    acc, loss = evaluate(config, state.model, held_out)
+    if _kind_module(config) is not None:
+        acc, loss = _kind_module(config).evaluate(config, state.model, DTYPE)
+    else:
+        acc, loss = evaluate(config, state.model, held_out)
     weights = state.model.pooling_weights()
     return {
         "times": hyper.lr * state.step.astype(DTYPE),
@@ -415,7 +442,8 @@ def run_batch(
     config = config.static
     runs, unsharded = hyper.seed.shape[0], hyper
     check_memory(config, runs, 1 if mesh is None else mesh.size)
-    held_out = _shared_held_out(config) if config.model.uses_gram else None
+    gram = config.model.uses_gram and _kind_module(config) is None
+    held_out = _shared_held_out(config) if gram else None
     if mesh is not None:
         hyper = shard_runs(hyper, mesh)
         held_out = None if held_out is None else replicate(held_out, mesh)

@@ -146,7 +146,9 @@ def test_every_config_field_is_a_train_flag():
     dests = {a.dest for a in train._actions if a.option_strings} - {"help"}
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert fields <= dests
-    assert dests - fields == {"seeds", "json", "quiet"}
+    # and the model kinds' (idealized.footprint.FootprintTrainConfig, selection.SelectionTrainConfig)
+    kinds = {"model", "window", "carry_gain", "decoy_gain", "topk"}
+    assert dests - fields == {"seeds", "json", "quiet"} | kinds
     for action in train._actions:
         if action.dest in fields:
             assert action.option_strings == ["--" + action.dest.replace("_", "-")]

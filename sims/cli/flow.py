@@ -11,7 +11,7 @@ import numpy as np
 from weakspots.idealized.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
 from weakspots.sims.flow import FlowFailed, FlowResult, solve
 
-from . import common
+from . import common, mechanisms
 
 _DEFAULT = FlowConfig()
 
@@ -108,6 +108,7 @@ def register(subparsers) -> None:
         default=_DEFAULT.event_level,
         help=_h("the specialisation time is when |centred pooling logits| reaches this"),
     )
+    mechanisms.add_model_kind_flags(parser, predict=False)
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 
@@ -123,7 +124,7 @@ def flow_config(args: argparse.Namespace) -> FlowConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = flow_config(args)
+    config = mechanisms.flow_config(args, flow_config)
     try:
         result = solve(config)
     except FlowFailed as error:

@@ -11,7 +11,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 
-from . import common
+from . import common, mechanisms
 
 COVERAGE_SETTLE = 20000.0  # theory.predicted_coverage's default settling time
 NOISE_SAMPLES = 2**13  # Monte Carlo problems for SGD's gradient noise at finite d
@@ -39,6 +39,7 @@ def register(subparsers) -> None:
         ),
     )
     common.add_model_flags(parser)
+    mechanisms.add_model_kind_flags(parser)
     parser.set_defaults(dim=None)  # optional here: accuracy at d only when asked for
     parser.add_argument(
         "--init-scale",
@@ -296,6 +297,13 @@ def _heads_accuracy(weights, gain, chunks, dim):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model != "toy":
+        out = mechanisms.predict(args)
+        if args.json:
+            common.print_json(out)
+        else:
+            print(mechanisms.text_report(args, out))
+        return 0
     validate(args)
     out = predictions(
         args.stride,

@@ -6,7 +6,7 @@ import argparse
 
 from weakspots.sims.train import train_many
 
-from . import common
+from . import common, mechanisms
 
 
 def register(subparsers) -> None:
@@ -22,12 +22,13 @@ def register(subparsers) -> None:
         ),
     )
     common.add_train_flags(parser)
+    mechanisms.add_model_kind_flags(parser, predict=False)
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    base = common.train_config(args)
+    base = mechanisms.train_config(args)
     seeds = common.seed_list(args)
     configs = [base.replace(seed=s) for s in seeds]
     with common.train_progress(args, "train", configs) as progress:

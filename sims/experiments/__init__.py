@@ -30,6 +30,7 @@ from weakspots.sims.experiments import (
     escape_onset,
     finite_d_accuracy,
     finite_d_limit,
+    footprint_selection,
     growth_rate,
     head_ablation,
     head_coverage,
@@ -129,6 +130,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     sgd_onset.EXPERIMENT,
     readout_exact.EXPERIMENT,
     learned_gain_law.EXPERIMENT,
+    footprint_selection.EXPERIMENT,
 )
 
 

@@ -1,0 +1,21 @@
+"""The footprint_selection experiment: its rows pass, are predictions, and can fail."""
+
+import dataclasses
+
+import pytest
+
+from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, evaluate
+from weakspots.sims.experiments import footprint_selection
+
+
+def test_registered():
+    assert footprint_selection.EXPERIMENT in EXPERIMENTS
+
+
+@pytest.mark.slow
+def test_rows_pass_and_a_wrong_prediction_fails():
+    results, predictions, rows = evaluate(footprint_selection.EXPERIMENT, BUDGETS["quick"])
+    assert len(rows) == 9 and all(r.kind == "prediction" and r.passed for r in rows)
+    off = dict(predictions, miss=predictions["miss"] + 0.05)
+    assert not all(r.passed for r in footprint_selection.rows(results, off))
+    assert dataclasses.is_dataclass(rows[0])

@@ -43,7 +43,7 @@ from weakspots import idealized  # noqa: F401  (precision policy)
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.sims.lm import train as lm_train
 
-TARGETS = {"lm_speedup_vs_loop": 3.0, "lm_flop_utilisation": 0.3}
+TARGETS = {"lm_flop_utilisation": 0.5}  # lm_speedup_vs_loop is measured, with no target
 PEAK_MATMUL = 1024  # side of the square float32 matmul that measures the machine's rate
 
 

@@ -11,7 +11,13 @@ import pytest
 pytest.importorskip("torch", reason="needs the [hf] extra (torch)")
 pytest.importorskip("transformers.models.deepseek_v4", reason="needs transformers >= 5.24 ([hf])")
 
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
 from weakspots.benchmarks import bench, v4_vs_hf  # noqa: E402
+from weakspots.idealized.v4_attention import V4Attention  # noqa: E402
 
 LOSS_RTOL = 1e-5  # float32 means of T*D squares: rounding is ~1e-7 relative, a few ulps
 
@@ -46,3 +52,35 @@ def test_bench_reports_a_skip_without_torch(monkeypatch):
     assert out["lm_vs_hf_skipped"] == "needs the [hf] extra (torch)"
     target = out["targets"]["lm_vs_hf_step_speedup"]
     assert target["met"] is False and target["value"] is None
+
+
+def _dot_flops(jaxpr) -> int:
+    """2 x output size x contracted size of every `dot_general` in a jaxpr, nested ones too."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * int(
+                np.prod([lhs[i] for i in contract])
+            )
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                total += _dot_flops(inner)
+    return total
+
+
+@pytest.mark.parametrize(
+    ("kind", "ratio", "topk"), [("csa", 4, 4), ("csa", 4, 0), ("hca", 16, 0), ("sliding", 1, 0)]
+)
+def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk):
+    """`v4_layer_flops` (matmul + indexer) equals the dot_general FLOPs of the traced forward."""
+    shapes = dict(ratio=ratio, local_window=8, q_rank=16, o_groups=2, o_rank=8,
+                  index_topk=topk, index_heads=4, index_dim=8)  # fmt: skip
+    layer = V4Attention(32, 4, 16, kind=kind, rope_dim=8, rngs=nnx.Rngs(0), **shapes)
+    graph, params = nnx.split(layer)
+    jaxpr = jax.make_jaxpr(lambda p, x: nnx.merge(graph, p)(x))(params, jnp.ones((1, 64, 32)))
+    count = v4_vs_hf.v4_layer_flops(kind, length=64, d_model=32, heads=4, head_dim=16, **shapes)
+    assert count["matmul"] + count["indexer"] == _dot_flops(jaxpr.jaxpr)
+    assert (count["indexer"] > 0) == (count["top_k"] > 0) == (kind == "csa" and topk > 0)

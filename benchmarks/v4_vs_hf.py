@@ -205,6 +205,7 @@ def v4_layer_flops(
     its compressor's projections, queries, head weights, the `index_heads x index_dim` dot
     of every query with every entry and the weighted sum over heads. `top_k`: one
     comparison per (query, entry) score. Pooling, norms and RoPE are not counted.
+    `indexer_projections`: the part of `indexer` that projects the (detached) input.
     """
     T, D, H, hd = length, d_model, heads, head_dim
     flops = 2 * T * (D * q_rank + q_rank * H * hd) if q_rank else 2 * T * D * H * hd
@@ -220,22 +221,28 @@ def v4_layer_flops(
         flops += 2 * T * (H * hd * o_rank + o_groups * o_rank * D)
     else:
         flops += 2 * T * H * hd * D
-    indexer = top_k = 0.0
+    projections = scoring = top_k = 0.0
     if kind == "csa" and index_topk:
-        indexer = 2 * 2 * T * D * 2 * index_dim  # its overlapping compressor, one head
-        indexer += 2 * T * (q_rank or D) * index_heads * index_dim  # queries
-        indexer += 2 * T * D * index_heads  # head weights
-        indexer += 2 * T * entries * index_heads * index_dim + 2 * T * entries * index_heads
+        projections = 2 * 2 * T * D * 2 * index_dim  # its overlapping compressor, one head
+        projections += 2 * T * (q_rank or D) * index_heads * index_dim  # queries
+        projections += 2 * T * D * index_heads  # head weights
+        scoring = 2 * T * entries * index_heads * index_dim + 2 * T * entries * index_heads
         top_k = T * entries
-    return {"matmul": float(flops), "indexer": float(indexer), "top_k": float(top_k)}
+    return {
+        "matmul": float(flops),
+        "indexer": float(projections + scoring),
+        "indexer_projections": float(projections),
+        "top_k": float(top_k),
+    }
 
 
 def decoder_flops_per_step(config) -> float:
     """FLOPs of one training step of an `LMConfig` decoder of V4 layers (`swa`, `csa`,
     `hca`), by count, as `sims.lm.train.model_flops_per_step` counts other decoders: per
     layer `v4_layer_flops` and the MLP, plus the unembedding of the query section, forward
-    and backward (3x the forward); the indexer's part 3x when `indexer_kl > 0` trains it
-    (its input is detached), else once; top-k once."""
+    and backward (3x the forward). The indexer, whose input is detached but whose KL the
+    trainer differentiates: forward once, its projections' weight gradients (1x) and its
+    scores' two gradients (2x); top-k once."""
     d, T = config.d_model, config.seq_len
     forward = 2.0 * d * config.task.vocab * (T - config.task.context_len)
     once = 0.0
@@ -260,11 +267,10 @@ def decoder_flops_per_step(config) -> float:
             index_dim=config.index_dim,
         )
         forward += parts["matmul"] + 2 * 2 * config.mlp * d * d * T
-        if config.indexer_kl > 0:
-            forward += parts["indexer"]
-        else:
-            once += parts["indexer"]
-        once += parts["top_k"]
+        # the indexer's KL is differentiated (even at weight 0): its projections' weight
+        # gradients (1x) and through its scores (2x); its input is detached
+        once += parts["indexer"] + parts["top_k"] + parts["indexer_projections"]
+        once += 2 * (parts["indexer"] - parts["indexer_projections"])
     return (3.0 * forward + once) * config.batch
 
 

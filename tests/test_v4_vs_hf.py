@@ -3,27 +3,26 @@
 At tiny sizes (no timing thresholds: machines are noisy): the run produces its keys; the
 two sides' losses agree at step 0 within float32 rounding, and after one AdamW step they
 agree far more closely than the step moved them (so the gradients and the optimizer
-update agree too, not only the forward). Skipped without torch.
+update agree too, not only the forward), skipped without torch; the FLOP counts are the
+traced programs' matmuls; the 24 GiB length solves the fitted quadratic.
 """
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
+from flax import nnx
 
-pytest.importorskip("torch", reason="needs the [hf] extra (torch)")
-pytest.importorskip("transformers.models.deepseek_v4", reason="needs transformers >= 5.24 ([hf])")
-
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from flax import nnx  # noqa: E402
-
-from weakspots.benchmarks import bench, v4_vs_hf  # noqa: E402
-from weakspots.idealized.v4_attention import V4Attention  # noqa: E402
+from weakspots.benchmarks import bench, v4_vs_hf
+from weakspots.idealized.v4_attention import V4Attention
 
 LOSS_RTOL = 1e-5  # float32 means of T*D squares: rounding is ~1e-7 relative, a few ulps
 
 
 @pytest.fixture(scope="module")
 def tiny():
+    pytest.importorskip("torch", reason="needs the [hf] extra (torch)")
+    pytest.importorskip("transformers.models.deepseek_v4", reason="needs transformers >= 5.24")
     return v4_vs_hf.run(v4_vs_hf.TINY)
 
 
@@ -84,3 +83,34 @@ def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk):
     count = v4_vs_hf.v4_layer_flops(kind, length=64, d_model=32, heads=4, head_dim=16, **shapes)
     assert count["matmul"] + count["indexer"] == _dot_flops(jaxpr.jaxpr)
     assert (count["indexer"] > 0) == (count["top_k"] > 0) == (kind == "csa" and topk > 0)
+
+
+def test_decoder_flop_count_is_the_traced_training_step():
+    """`decoder_flops_per_step` less top-k equals the dot_general FLOPs of a traced V4
+    decoder training step (forward, backward, the indexer's KL), at a small batch."""
+    from functools import partial
+
+    from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
+    from weakspots.sims.lm import train as lm_train
+
+    config = LMConfig(**V4_DESIGN, batch=2).static
+    hyper = jax.tree.map(lambda x: x[0], lm_train.LMHyper.stack([config]))
+    state = jax.eval_shape(partial(lm_train.init, config), hyper)
+    jaxpr = jax.make_jaxpr(partial(lm_train.step, config))(state, hyper)
+    top_k = sum(
+        config.seq_len * (config.seq_len // config.stride) for k in config.layer_kinds if k == "csa"
+    )
+    count = v4_vs_hf.decoder_flops_per_step(config)
+    assert count - top_k * config.batch == _dot_flops(jaxpr.jaxpr)
+
+
+def test_largest_length_solves_the_fitted_quadratic():
+    """On exact quadratic peaks the largest T for the budget is the root, floored to 128."""
+    from weakspots.benchmarks import lm_memory
+
+    a, b, c = 2e8, 3e5, 40.0
+    lengths = [512, 1024, 2048, 4096]
+    peaks = [a + b * t + c * t * t for t in lengths]
+    budget = 24 * 2**30
+    root = (-b + np.sqrt(b * b - 4 * c * (a - budget))) / (2 * c)
+    assert lm_memory.largest_length(lengths, peaks, budget) == int(root // 128) * 128

@@ -39,8 +39,8 @@ def config_at(length: int, batch: int | None = None) -> LMConfig:
 
 
 def _banded_slots(length: int, window: int) -> int:
-    size = min(window, length)
-    return -(-length // size) * 2 * size
+    """Key slots of one query in the banded local branch (`attention.local_scores`)."""
+    return 2 * min(window, length)
 
 
 def activation_bytes(config: LMConfig) -> int:

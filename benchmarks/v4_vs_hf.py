@@ -76,7 +76,7 @@ class V4BenchSettings:
 
 
 FULL = V4BenchSettings()
-QUICK = V4BenchSettings(length=512, repeats=3)
+QUICK = V4BenchSettings(length=512, repeats=3, compile=False)  # torch.compile only at full: its first call alone outlasts a quick bench
 TINY = V4BenchSettings(
     hidden=32, heads=2, head_dim=16, q_rank=8, o_rank=8, index_dim=8, index_topk=2,
     window=5, hca_ratio=8, rope_fraction=0.5, length=35, batch=2, steps=1, repeats=2,

@@ -479,16 +479,39 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
 
 
 def _bench_decoders(settings: BenchSettings, log: Callable[[str], None]) -> dict:
-    """The decoder trainer's two ratios (`benchmarks/lm_throughput.py`), with their targets."""
+    """The decoder trainer's ratios (`benchmarks/lm_throughput.py`) and one V4 attention
+    layer's training step against transformers' (`benchmarks/v4_vs_hf.py`), with targets."""
     from weakspots.benchmarks import lm_throughput
 
     lm = lm_throughput.run(lm_throughput.QUICK if settings == QUICK else lm_throughput.FULL, log)
+    peer = bench_v4_vs_hf(settings, log)
     return {
-        "lm_speedup_vs_loop": lm["lm_speedup_vs_loop"],
+        "lm_speedup_vs_loop": lm["lm_speedup_vs_loop"],  # measured, no target
         "lm_flop_utilisation": lm["lm_flop_utilisation"],
+        "lm_vs_hf_step_speedup": peer["lm_vs_hf_step_speedup"],
         "lm_details": {k: v for k, v in lm.items() if k != "targets"},
-        "targets": lm["targets"],
+        "lm_vs_hf_details": {k: v for k, v in peer.items() if k != "targets"},
+        "targets": {**lm["targets"], **peer["targets"]},
     }
+
+
+def bench_v4_vs_hf(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """`benchmarks/v4_vs_hf.run` at the bench's size; without torch, `lm_vs_hf_step_speedup`
+    is None and `lm_vs_hf_skipped` says why (one line)."""
+    from weakspots.benchmarks import v4_vs_hf
+
+    reason = v4_vs_hf.available()
+    if reason is not None:
+        log(f"v4 vs hf: skipped ({reason})")
+        target = {"value": None, "met": False, "skipped": reason}
+        return {
+            "lm_vs_hf_step_speedup": None,
+            "lm_vs_hf_skipped": reason,
+            "targets": {
+                name: {**target, "target": t} for name, t in v4_vs_hf.TARGETS.items()
+            },
+        }
+    return v4_vs_hf.run(v4_vs_hf.QUICK if settings == QUICK else v4_vs_hf.FULL, log)
 
 
 def _device_peak_mb() -> float | None:

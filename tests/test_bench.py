@@ -230,9 +230,12 @@ def test_bench_quick_json(capsys):
         "peak_memory_mb",
         "compile_seconds",
         "flow_compile_seconds",
+        "lm_vs_hf_step_speedup",
+        "lm_flop_utilisation",
     ):
         assert key in result
     assert result["flow_agree"]
+    assert "lm_speedup_vs_loop" not in result["targets"]  # measured, no longer a target
 
 
 def test_gpu_script_refuses_a_cpu_and_tabulates_a_record():

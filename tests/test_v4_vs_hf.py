@@ -1,0 +1,116 @@
+"""`benchmarks/v4_vs_hf`: the project's V4 layer and transformers' train the same thing.
+
+At tiny sizes (no timing thresholds: machines are noisy): the run produces its keys; the
+two sides' losses agree at step 0 within float32 rounding, and after one AdamW step they
+agree far more closely than the step moved them (so the gradients and the optimizer
+update agree too, not only the forward), skipped without torch; the FLOP counts are the
+traced programs' matmuls; the 24 GiB length solves the fitted quadratic.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from weakspots.benchmarks import bench, v4_vs_hf
+from weakspots.idealized.v4_attention import V4Attention
+
+LOSS_RTOL = 1e-5  # float32 means of T*D squares: rounding is ~1e-7 relative, a few ulps
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    pytest.importorskip("torch", reason="needs the [hf] extra (torch)")
+    pytest.importorskip("transformers.models.deepseek_v4", reason="needs transformers >= 5.24")
+    return v4_vs_hf.run(v4_vs_hf.TINY)
+
+
+def test_tiny_run_has_the_keys(tiny):
+    for key in ("lm_vs_hf_step_speedup", "lm_vs_hf_compile_step_speedup", "hf_compile_error",
+                "median_step_seconds", "sanity", "targets", "load_average"):  # fmt: skip
+        assert key in tiny
+    assert tiny["lm_vs_hf_step_speedup"] > 0
+    assert set(tiny["median_step_seconds"]) == {"jax", "hf_eager"}
+    assert tiny["targets"]["lm_vs_hf_step_speedup"]["target"] == 3.0
+
+
+def test_losses_agree_at_step_zero_and_after_one_step(tiny):
+    check = tiny["sanity"]
+    assert len(check["losses"]["jax"][0]) == len(v4_vs_hf.KINDS)  # CSA and HCA both checked
+    assert check["loss_step0_rel_diff"] <= LOSS_RTOL
+    # The step moved the loss measurably, and both sides moved it alike.
+    assert check["loss_step1_change"] > 100 * LOSS_RTOL
+    assert check["loss_step1_rel_diff"] <= 0.01 * check["loss_step1_change"]
+
+
+def test_bench_reports_a_skip_without_torch(monkeypatch):
+    monkeypatch.setattr(v4_vs_hf, "available", lambda: "needs the [hf] extra (torch)")
+    out = bench.bench_v4_vs_hf(bench.QUICK, lambda _: None)
+    assert out["lm_vs_hf_step_speedup"] is None
+    assert out["lm_vs_hf_skipped"] == "needs the [hf] extra (torch)"
+    target = out["targets"]["lm_vs_hf_step_speedup"]
+    assert target["met"] is False and target["value"] is None
+
+
+def _dot_flops(jaxpr) -> int:
+    """2 x output size x contracted size of every `dot_general` in a jaxpr, nested ones too."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            (contract, _), _ = eqn.params["dimension_numbers"]
+            lhs = eqn.invars[0].aval.shape
+            total += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * int(
+                np.prod([lhs[i] for i in contract])
+            )
+        for param in eqn.params.values():
+            inner = getattr(param, "jaxpr", param)
+            if hasattr(inner, "eqns"):
+                total += _dot_flops(inner)
+    return total
+
+
+@pytest.mark.parametrize(
+    ("kind", "ratio", "topk"), [("csa", 4, 4), ("csa", 4, 0), ("hca", 16, 0), ("sliding", 1, 0)]
+)
+def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk):
+    """`v4_layer_flops` (matmul + indexer) equals the dot_general FLOPs of the traced forward."""
+    shapes = dict(ratio=ratio, local_window=8, q_rank=16, o_groups=2, o_rank=8,
+                  index_topk=topk, index_heads=4, index_dim=8)  # fmt: skip
+    layer = V4Attention(32, 4, 16, kind=kind, rope_dim=8, rngs=nnx.Rngs(0), **shapes)
+    graph, params = nnx.split(layer)
+    jaxpr = jax.make_jaxpr(lambda p, x: nnx.merge(graph, p)(x))(params, jnp.ones((1, 64, 32)))
+    count = v4_vs_hf.v4_layer_flops(kind, length=64, d_model=32, heads=4, head_dim=16, **shapes)
+    assert count["matmul"] + count["indexer"] == _dot_flops(jaxpr.jaxpr)
+    assert (count["indexer"] > 0) == (count["top_k"] > 0) == (kind == "csa" and topk > 0)
+
+
+def test_decoder_flop_count_is_the_traced_training_step():
+    """`decoder_flops_per_step` less top-k equals the dot_general FLOPs of a traced V4
+    decoder training step (forward, backward, the indexer's KL), at a small batch."""
+    from functools import partial
+
+    from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
+    from weakspots.sims.lm import train as lm_train
+
+    config = LMConfig(**V4_DESIGN, batch=2).static
+    hyper = jax.tree.map(lambda x: x[0], lm_train.LMHyper.stack([config]))
+    state = jax.eval_shape(partial(lm_train.init, config), hyper)
+    jaxpr = jax.make_jaxpr(partial(lm_train.step, config))(state, hyper)
+    top_k = sum(
+        config.seq_len * (config.seq_len // config.stride) for k in config.layer_kinds if k == "csa"
+    )
+    count = v4_vs_hf.decoder_flops_per_step(config)
+    assert count - top_k * config.batch == _dot_flops(jaxpr.jaxpr)
+
+
+def test_largest_length_solves_the_fitted_quadratic():
+    """On exact quadratic peaks the largest T for the budget is the root, floored to 128."""
+    from weakspots.benchmarks import lm_memory
+
+    a, b, c = 2e8, 3e5, 40.0
+    lengths = [512, 1024, 2048, 4096]
+    peaks = [a + b * t + c * t * t for t in lengths]
+    budget = 24 * 2**30
+    root = (-b + np.sqrt(b * b - 4 * c * (a - budget))) / (2 * c)
+    assert lm_memory.largest_length(lengths, peaks, budget) == int(root // 128) * 128

@@ -24,7 +24,6 @@ from functools import partial
 import jax
 import numpy as np
 
-from weakspots import idealized  # noqa: F401  (precision policy)
 from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
 from weakspots.sims.lm import train as lm_train
 

@@ -30,6 +30,7 @@ from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
 from weakspots.idealized.recall import RecallBatch, sample_batch
 from weakspots.idealized.v4_attention import IndexerStat
+from weakspots.idealized.precision import float64
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import TrainingDiverged
 
@@ -457,3 +458,8 @@ __all__ = [
     "train_many",
     "training_loss",
 ]
+
+# The entry points run with 64-bit types on, as the CLI, sweeps and experiments run them:
+# the decoder computes in float32 by explicit dtypes, but jax's integer defaults follow
+# the setting, and a library call must give the recorded runs' numbers bit for bit.
+run_batch, train_many, train = float64(run_batch), float64(train_many), float64(train)

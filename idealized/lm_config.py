@@ -74,7 +74,8 @@ V4_DESIGN = {
 """`--design v4`: DeepSeek-V4's choices at small scale (`docs/v4_attention.md`); flags given
 beside it override them."""
 DESIGNS = {"v4": V4_DESIGN}
-"""The named designs (`--design`, a `kind = "lm"` sweep spec's `design`): the field values each fills."""
+"""The named designs (`--design`, a `kind = "lm"` sweep spec's `design`): the field values
+each fills."""
 
 
 def with_design(design: str, values: Mapping[str, Any], given: Collection[str]) -> dict[str, Any]:

@@ -104,7 +104,8 @@ def test_family_design_rows_are_findings_held_beyond_the_noise_floor():
 
     results = {"rows": [], "designs": [design(lambda v: v % 4 == 0), design(never)]}
     rows = lm_family.rows(results, lm_family.predict(BUDGETS["tiny"], results))
-    assert [(r.finding, r.holds, r.passed) for r in rows] == [(True, True, True), (True, False, False)]
+    expected = [(True, True, True), (True, False, False)]
+    assert [(r.finding, r.holds, r.passed) for r in rows] == expected
     assert not any(failing(r.as_dict()) for r in rows)
 
 

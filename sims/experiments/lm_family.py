@@ -44,8 +44,8 @@ def _design_row(r: dict) -> Row:
     return Row(
         f"{r['design']} design: a weak spot beyond its noise floor (delta_max)",
         f"{r['design']} at s={r['stride']} T={r['seq_len']}, {r['seeds']} seed(s) pooled, "
-        f"mean accuracy {r['mean_accuracy']:.3f}, {r['source']}; predicted: the 95% noise floor as a lower bound; holds when "
-        "delta_max exceeds it",
+        f"mean accuracy {r['mean_accuracy']:.3f}, {r['source']}; predicted: the 95% noise "
+        "floor as a lower bound; holds when delta_max exceeds it",
         kind="prediction",
         finding=True,  # an open question about the design, not a check of the code
         predicted=r["delta_max_noise_floor"],

@@ -9,7 +9,9 @@ that travel as arrays (`LM_HYPER_FIELDS`), and is the compilation key.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from .config import (
     ConfigError,
@@ -71,6 +73,30 @@ V4_DESIGN = {
 }
 """`--design v4`: DeepSeek-V4's choices at small scale (`docs/v4_attention.md`); flags given
 beside it override them."""
+DESIGNS = {"v4": V4_DESIGN}
+"""The named designs (`--design`, a `kind = "lm"` sweep spec's `design`): the field values
+each fills."""
+
+
+def with_design(design: str, values: Mapping[str, Any], given: Collection[str]) -> dict[str, Any]:
+    """`values` with the choices of `design` (`DESIGNS`) for every field not in `given`.
+
+    `design = ""` returns `values` unchanged. `layers` given without `layout` lays out
+    `v4_layout(layers)`. The one place the `--design` preset is applied: `weakspots lm train`
+    and `kind = "lm"` sweeps both call it. Raises ConfigError("design", ...) for an unknown
+    design.
+    """
+    out = dict(values)
+    if design == "":
+        return out
+    if design not in DESIGNS:
+        raise ConfigError("design", f"the one design is {', '.join(DESIGNS)}, got {design!r}")
+    given = set(given)
+    out.update({k: v for k, v in DESIGNS[design].items() if k not in given})
+    if "layers" in given and "layout" not in given:
+        out["layout"] = v4_layout(out["layers"])
+    return out
+
 
 
 @dataclass(frozen=True)

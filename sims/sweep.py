@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.lm_config import DESIGNS, LMConfig, with_design
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
@@ -114,23 +114,31 @@ class SweepSpec:
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     grid: Mapping[str, Sequence[Any]] = dataclasses.field(default_factory=dict)
     source: str = dataclasses.field(default="spec", compare=False)
+    design: str = ""
 
     def runs(self) -> list[Run]:
         """Every run, in grid order (the last grid key varies fastest), duplicates dropped.
 
         Each run's config is validated as the command line's flags are (`TrainConfig`), and
         canonical (`16` for a float field is `16.0`), so one logical run has one hash; an
-        invalid one raises SpecError naming the spec, the key and the value.
+        invalid one raises SpecError naming the spec, the key and the value. With a
+        `design` (`kind = "lm"`), its choices fill every field neither table gives
+        (`idealized.lm_config.with_design`, as `weakspots lm train --design`).
         """
         cls = CONFIGS[self.kind]
         names = list(self.grid)
         runs, seen = [], set()
         for values in itertools.product(*(self.grid[n] for n in names)):
             point = dict(zip(names, values, strict=True))
+            given = {**self.fixed, **point}
             try:
-                config = cls(**{**self.fixed, **point})
+                config = cls(**with_design(self.design, given, given))
             except ConfigError as err:
-                where = "[grid]" if err.field in point else "[fixed]"
+                where = (
+                    "[grid]" if err.field in point
+                    else "[fixed]" if err.field in self.fixed
+                    else f"design {self.design!r}"
+                )  # fmt: skip
                 raise SpecError(
                     f"{self.source}: {err.field} ({where}): {err.message}"
                     + (f" (at grid point {point})" if point else "")
@@ -158,15 +166,20 @@ def _coerce(cls: type, key: str, value: Any, where: str) -> Any:
 
 def parse_spec(data: Mapping[str, Any], source: str = "spec") -> SweepSpec:
     """A SweepSpec from the parsed TOML; SpecError names any unknown or malformed key."""
-    extra = sorted(set(data) - {"kind", "fixed", "grid"})
+    extra = sorted(set(data) - {"kind", "design", "fixed", "grid"})
     if extra:
         raise SpecError(
-            f"{source}: unknown top-level key {extra[0]!r}; valid: kind, fixed, grid "
+            f"{source}: unknown top-level key {extra[0]!r}; valid: kind, design, fixed, grid "
             "(run settings go in [fixed])"
         )
     kind = data.get("kind", "train")
     if kind not in KINDS:
         raise SpecError(f"{source}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    design = data.get("design", "")
+    if "design" in data and kind != "lm":
+        raise SpecError(f"{source}: design is a key of kind = \"lm\" specs, not kind = {kind!r}")
+    if "design" in data and not (isinstance(design, str) and design in DESIGNS):
+        raise SpecError(f"{source}: design must be one of {', '.join(DESIGNS)}, got {design!r}")
     cls, valid = CONFIGS[kind], valid_keys(kind)
     tables = {}
     for table in ("fixed", "grid"):
@@ -191,7 +204,7 @@ def parse_spec(data: Mapping[str, Any], source: str = "spec") -> SweepSpec:
     both = sorted(set(tables["fixed"]) & set(tables["grid"]))
     if both:
         raise SpecError(f"{source}: key {both[0]!r} is in both [fixed] and [grid]")
-    return SweepSpec(kind, tables["fixed"], tables["grid"], source)
+    return SweepSpec(kind, tables["fixed"], tables["grid"], source, design)
 
 
 def load_spec(path: str | Path) -> SweepSpec:

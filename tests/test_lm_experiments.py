@@ -87,3 +87,57 @@ def test_family_rows_cover_the_dense_cells_only():
     rows = lm_family.rows(results, lm_family.predict(BUDGETS["tiny"], results))
     assert [r.config.split(",")[0] for r in rows] == ["phases at s=4 T=44", "phases at s=8 T=44"]
     assert [r.passed for r in rows] == [True, False]
+
+
+def test_family_design_rows_are_findings_held_beyond_the_noise_floor():
+    """A design cell with a weak spot (every phase-0 value wrong) holds its finding; one
+    answering alike at every phase does not; neither counts as failing."""
+    from weakspots.sims.experiments.experiment import failing
+
+    config = CONFIG.replace(seq_len=44)
+
+    def design(wrong):
+        pooled = summary(config, wrong)
+        keys = ("delta_max", "delta_max_noise_floor", "mean_accuracy")
+        return {"design": "v4", "stride": 4, "seq_len": 44, "seeds": 2, "source": "trained",
+                **{k: pooled[k] for k in keys}}  # fmt: skip
+
+    results = {"rows": [], "designs": [design(lambda v: v % 4 == 0), design(never)]}
+    rows = lm_family.rows(results, lm_family.predict(BUDGETS["tiny"], results))
+    expected = [(True, True, True), (True, False, False)]
+    assert [(r.finding, r.holds, r.passed) for r in rows] == expected
+    assert not any(failing(r.as_dict()) for r in rows)
+
+
+def test_family_reads_the_recorded_v4_design_below_full(monkeypatch):
+    """Below `full` the v4 cell is its recording: the recorded command, parsed by the CLI,
+    gives the recorded config (`family.design_config` at quick), and its pooled delta_max is
+    its best minus worst phase; a recording checked against another size's config is refused."""
+    import json
+
+    import pytest
+
+    from weakspots.idealized.lm_config import V4_KINDS
+    from weakspots.sims.cli import build_parser
+    from weakspots.sims.cli.lm import lm_config
+    from weakspots.sims.lm import family
+    from weakspots.sims.lm.study import RECORDED
+
+    name, stride, seq_len = family.RECORDED["v4"]
+    report = json.loads((RECORDED / name).read_text())
+    argv = report["command"].split()[1:]
+    assert lm_config(build_parser().parse_args(argv)) == family.design_config(
+        "quick", "v4", stride, seq_len
+    )
+    cell = family.recorded_design("v4")
+    acc = cell["phase_accuracy"]
+    assert cell["delta_max"] == pytest.approx(max(acc) - min(acc), abs=1e-12)
+    assert cell["seeds"] == 2 == len(cell["seed_delta_max"]) and report["command"] in cell["source"]
+    # the quick and tiny grids train no v4 decoder; full trains each v4 cell with 4 seeds
+    for size in ("tiny", "quick"):
+        assert not any(k in V4_KINDS for c in family.configs(size) for k in c.layer_kinds)
+    v4 = [c for c in family.configs("full") if "csa" in c.layer_kinds]
+    assert len(v4) == 4 * len(family.design_cells("full")) == 16
+    monkeypatch.setattr(family, "RECORDED_SIZE", "tiny")
+    with pytest.raises(ValueError, match="another config"):
+        family.recorded_design("v4")

@@ -12,7 +12,7 @@ from weakspots.idealized.lm_config import (
     V4_FIELDS,
     V4_KINDS,
     LMConfig,
-    v4_layout,
+    with_design,
 )
 
 from . import common
@@ -174,13 +174,7 @@ def lm_config(args: argparse.Namespace) -> LMConfig:
     names = {f.name for f in dataclasses.fields(LMConfig)}
     values = {k: v for k, v in vars(args).items() if k in names}
     design = getattr(args, "design", "")
-    if design not in ("", "v4"):
-        raise common.UsageError(f"--design: the one design is v4, got {design!r}")
-    if design == "v4":
-        given = getattr(args, "given", set())
-        values.update({k: v for k, v in V4_DESIGN.items() if k not in given})
-        if "layers" in given and "layout" not in given:
-            values["layout"] = v4_layout(values["layers"])
+    values = with_design(design, values, getattr(args, "given", set()))
     return LMConfig(**values)
 
 

@@ -7,9 +7,16 @@ them, so no row compares them with anything. The dense control (`--operator none
 phases counted at each stride) has no period-`s` structure: each of its cells is a row, its
 `delta_max` against 0 within its 95% noise floor (`sims.lm.evaluate.seed_noise_floor`: seeds
 as clusters where a cell has several, the binomial floor of the evaluation for one).
+
+The named designs (`family.DESIGNS`: `v4`, DeepSeek-V4's attention; trained at full, read
+from their recorded report below it) ask an open question, not a check: does the design
+show a weak spot beyond its noise floor? Each of their cells is a finding row, held when
+its `delta_max` exceeds its 95% noise floor.
 """
 
 from __future__ import annotations
+
+import math
 
 from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
 from weakspots.sims.lm import family
@@ -27,6 +34,28 @@ def predict(budget: Budget, results: dict) -> dict:
 
 
 def rows(results: dict, predictions: dict) -> list[Row]:
+    return _dense_rows(results, predictions) + [
+        _design_row(r) for r in results.get("designs", [])
+    ]
+
+
+def _design_row(r: dict) -> Row:
+    """Design `r`'s cell as a finding: a weak spot beyond its noise floor, or not."""
+    return Row(
+        f"{r['design']} design: a weak spot beyond its noise floor (delta_max)",
+        f"{r['design']} at s={r['stride']} T={r['seq_len']}, {r['seeds']} seed(s) pooled, "
+        f"mean accuracy {r['mean_accuracy']:.3f}, {r['source']}; predicted: the 95% noise "
+        "floor as a lower bound; holds when delta_max exceeds it",
+        kind="prediction",
+        finding=True,  # an open question about the design, not a check of the code
+        predicted=r["delta_max_noise_floor"],
+        sgd=r["delta_max"],
+        tolerance=math.inf,
+        holds=bool(r["delta_max"] > r["delta_max_noise_floor"]),
+    )
+
+
+def _dense_rows(results: dict, predictions: dict) -> list[Row]:
     return [
         Row(
             "dense control: delta_max within the noise of no phase effect",
@@ -43,4 +72,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("lm_family", run, predict, rows, version=2, figure=drawn_in_figures)
+EXPERIMENT = Experiment("lm_family", run, predict, rows, version=3, figure=drawn_in_figures)

@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pandas as pd
 import pytest
+from interruptible import interruptible
 
 from weakspots.sims import store
 from weakspots.sims import sweep as sweep_lib
@@ -199,14 +200,8 @@ def test_ctrl_c_is_one_line_exit_130_and_counts_the_stored_runs(setup, tmp_path)
     # 24 runs of the reference's program (seed is no part of it): compiled already, in the cache
     spec.write_text(SPEC.replace("seed = [0, 1, 2, 3]", f"seed = {list(range(12))}"))
     target = tmp_path / "store"
-    # SIGINT at its default in the child: a shell starts background jobs (`pytest &`) with
-    # SIGINT ignored, children inherit that, and Python then installs no KeyboardInterrupt.
     process = subprocess.Popen(
-        _command(spec, target, "--quiet"),
-        env=env,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        interruptible(_command(spec, target, "--quiet")), env=env, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:

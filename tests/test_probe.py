@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from interruptible import interruptible
 from probe_server import WeakSpotModel, prompt_hash, serve, unit_interval
 
 import weakspots
@@ -308,9 +309,8 @@ def test_a_store_holding_the_scan_needs_resume(tmp_path, server, capsys):
 def test_ctrl_c_ends_the_probe_in_one_line_with_code_130(tmp_path):
     slow = serve(MODEL, name="weak", delay=0.05)
     try:
-        child = subprocess.Popen(_cli(slow.url, tmp_path / "s"), env=_env(),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+        child = subprocess.Popen(interruptible(_cli(slow.url, tmp_path / "s")), env=_env(),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         deadline = time.time() + 60
         while time.time() < deadline and sum(slow.requests.values()) < 3:
             time.sleep(0.05)

@@ -44,9 +44,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.precision import float64_module
 from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
 from weakspots.idealized.config import FlowConfig, TrainConfig
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims import flow
 from weakspots.sims import train as trainer

@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.precision import float64_module
-from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
 from weakspots.benchmarks import v4_vs_hf
+from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
+from weakspots.idealized.precision import float64_module
 from weakspots.sims.lm import train as lm_train
 
 TARGETS = {"lm_flop_utilisation": 0.5}  # lm_speedup_vs_loop is measured, with no target

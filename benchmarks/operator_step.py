@@ -31,10 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.precision import float64_module
 from weakspots.idealized import compression, task
 from weakspots.idealized import deepseek_v4 as deepseek
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims import train as trainer
 

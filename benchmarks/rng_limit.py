@@ -22,8 +22,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from weakspots.idealized.precision import float64_module
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import chi_square, split_key, standard_normal
 from weakspots.idealized.xla import jit
 from weakspots.sims.train import DTYPE, Hyper, init

@@ -37,10 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.precision import float64_module
 from weakspots.benchmarks import rng_limit
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.loss import objective
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import sample_batch, split_key
 from weakspots.idealized.xla import jit
 from weakspots.sims import train as trainer

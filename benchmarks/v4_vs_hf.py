@@ -42,7 +42,6 @@ import numpy as np
 import optax
 from flax import nnx
 
-
 KINDS = ("compressed_sparse_attention", "heavily_compressed_attention")
 TARGETS = {"lm_vs_hf_step_speedup": 3.0}
 

@@ -20,8 +20,8 @@ from functools import partial
 import jax
 import numpy as np
 
-from weakspots.idealized.precision import float64_module
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import COMPILER_OPTIONS
 from weakspots.sims import train as trainer
 

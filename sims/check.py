@@ -19,8 +19,8 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.metrics import mean_interval
-from weakspots.theory.reduced import centred_logits
 from weakspots.idealized.precision import float64_module
+from weakspots.theory.reduced import centred_logits
 
 STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 

@@ -31,16 +31,17 @@ import numpy as np
 import optimistix as optx
 from jaxtyping import Array, Float
 
-from weakspots.idealized import footprint, selection
+from weakspots.idealized import footprint
 from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.footprint import footprint_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
 from weakspots.theory.topk_selection import reduced_selection_loss
-from weakspots.idealized.precision import float64_module
 
 __all__ = [
     "FlowArgs",
@@ -243,15 +244,6 @@ def _crossing_event():
         return jnp.where(enabled, specialization_order(y.pooling_logits) - level, -1.0)
 
     return diffrax.Event(cond_fn, root_finder=optx.Newton(rtol=1e-10, atol=1e-10), direction=True)
-
-
-def _kind_module(config):
-    """idealized.footprint or idealized.selection for their flow configs, else None (the toy)."""
-    if footprint.is_footprint(config):
-        return footprint
-    if selection.is_selection(config):
-        return selection
-    return None
 
 
 def _mechanism_objective(mechanism):

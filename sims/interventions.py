@@ -37,11 +37,11 @@ from weakspots.idealized.metrics import (
     wilson_interval,
 )
 from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import filter_jit, jit
 from weakspots.sims.train import DTYPE, TrainingDiverged, train_many
 from weakspots.theory import interventions as theory
-from weakspots.idealized.precision import float64_module
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)
 

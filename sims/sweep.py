@@ -42,13 +42,13 @@ import numpy as np
 from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
 from weakspots.idealized.lm_config import DESIGNS, LMConfig, with_design
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
+from weakspots.idealized.precision import float64_module
 from weakspots.sims import flow as flow_lib
 from weakspots.sims import store
 from weakspots.sims.lm import sweep as lm_sweep
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
-from weakspots.idealized.precision import float64_module
 
 __all__ = [
     "DistributedError",

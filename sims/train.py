@@ -23,7 +23,6 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized import footprint, selection
 from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
 from weakspots.idealized.loss import (
     batch_logits,
@@ -32,24 +31,16 @@ from weakspots.idealized.loss import (
     objective,
     retrieval_loss,
 )
+from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.model import RetrievalModel, init_model, run_keys
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
 from weakspots.sims.progress import Progress
-from weakspots.idealized.precision import float64_module
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
-
-
-def _kind_module(config):
-    """idealized.footprint or idealized.selection for their configs, else None (the toy)."""
-    if footprint.is_footprint(config):
-        return footprint
-    if selection.is_selection(config):
-        return selection
-    return None
 
 
 class TrainingDiverged(RuntimeError):

@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, evaluate
-from weakspots.sims.experiments import footprint_selection
+from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, evaluate, footprint_selection
 
 
 def test_registered():

@@ -24,8 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
-from .quadrature import chi_nodes, normal_nodes
 from weakspots.idealized.precision import float64_module
+
+from .quadrature import chi_nodes, normal_nodes
 
 
 def _beats_max_of_distractors(margin, chunks):

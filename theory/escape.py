@@ -45,12 +45,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .finite_d import critical_chunks_finite_d, growth_rate_finite_d
 from .gradient_noise import loss_derivatives, problem_gradients, problem_sample
 from .support import interpolated_finite_d_loss, per_phase_loss_coefficients
-from weakspots.idealized.precision import float64_module
 
 DRAWS = 20000  # Gaussian draws for the delta_max mixture
 

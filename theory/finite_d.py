@@ -35,11 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .quadrature import chi_nodes_traced, normal_nodes
 from .thresholds import growth_rate
-from weakspots.idealized.precision import float64_module
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.

@@ -32,7 +32,6 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, logsumexp
 
 
-
 def flat_carry(window: int, share: float = 1.0) -> np.ndarray:
     """c_r = share for 0 <= r < W: the flat carry of docs/theory.md §9.4. Returns (W,)."""
     if int(window) < 1:

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.loss import retrieval_loss
-from weakspots.idealized.xla import jit
 from weakspots.idealized.precision import float64, float64_module
+from weakspots.idealized.xla import jit
 
 
 def problem_sample(stride, chunks, dim, samples, seed):

@@ -48,12 +48,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .accuracy import needle_accuracy
 from .reduced import retrieval_probability
 from .rope import rope_attenuation_at
-from weakspots.idealized.precision import float64_module
 
 DRAWS = 16384  # contexts per phase: binomial error sqrt(acc (1 - acc) / DRAWS) <= 0.004
 BLOCK = 2048  # contexts drawn at once

@@ -45,11 +45,12 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
+
 from .accuracy import needle_accuracy
 from .gradient_noise import loss_derivatives, problem_sample
 from .needle_mass import mse_drive, sigma_n
 from .thresholds import growth_rate
-from weakspots.idealized.precision import float64_module
 
 MOMENT_SAMPLES = 2**16  # Monte Carlo problems for kappa and c at finite d
 DRAWS = 20000  # Gaussian draws for the delta_max distribution

@@ -20,6 +20,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from weakspots.idealized.precision import float64_module
 
 

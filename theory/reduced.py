@@ -9,6 +9,7 @@ one function of ``(pooling_logits, gain)`` whichever way the gain moves.
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
 from weakspots.idealized.precision import float64_module
 
 PoolingLogits = Float[Array, "heads stride"]

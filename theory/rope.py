@@ -16,9 +16,9 @@ phases are weak: the reduced flow with a phase-dependent needle gain beta kappa[
 
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.rope import ROPE_THETA
 from weakspots.idealized.rope import rope_frequencies as rope_frequencies
-from weakspots.idealized.precision import float64_module
 
 
 def rope_attenuation_at(relative, rope_dim, dim, rope_theta=ROPE_THETA, *, xp=np):

@@ -49,12 +49,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .reduced import centred_logits
 from .support import reentry_rate
 from .thresholds import specialization_time
-from weakspots.idealized.precision import float64_module
 
 RACE_SETTLE = 4000.0  # one head: default horizon past t* (the race is decided well before)
 HEADS_SETTLE = 20000.0  # several heads: time past t* of the finite horizon (slow trading)

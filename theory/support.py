@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .finite_d import CHI_NODES, expected_loss_given_norm
@@ -50,7 +51,6 @@ from .needle_mass import mse_curvature, mse_drive, sigma_n
 from .quadrature import chi_nodes_traced
 from .reduced import reduced_loss
 from .thresholds import growth_rate
-from weakspots.idealized.precision import float64_module
 
 
 def internal_rate(stride, chunks, gain, support_size):

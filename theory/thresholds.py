@@ -25,12 +25,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
 from .needle_mass import sigma_n
 from .quadrature import log_chi_mean
 from .reduced import LOSSES, centred_logits, reduced_loss
-from weakspots.idealized.precision import float64_module
 
 
 def _sigma_derivatives(margin, chunks):

@@ -28,9 +28,9 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.precision import float64
 from weakspots.idealized.recall import RecallBatch, sample_batch
 from weakspots.idealized.v4_attention import IndexerStat
-from weakspots.idealized.precision import float64
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import TrainingDiverged
 

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from weakspots.idealized.metrics import wilson_interval
 from weakspots.sims.cli import main
@@ -11,6 +12,7 @@ from weakspots.theory.interventions import readout_accuracy
 TINY = ["--stride", "4", "--chunks", "16", "--dim", "32", "--steps", "40", "--eval-every", "20"]
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_ablate_json(capsys):
     assert (
         main(["ablate", *TINY, "--heads", "2", "--eval-samples", "128", "--json", "--quiet"]) == 0

@@ -74,6 +74,7 @@ def test_predict_selection_is_monte_carlo(capsys):
         assert abs(miss - p) < Z_TOL * math.sqrt(max(p * (1 - p), 1e-4) / samples)
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_train_and_flow_footprint_run(capsys):
     tiny = ["--model", "footprint", "--stride", "3", "--chunks", "9", "--window", "4"]
     out = run_json(["train", *tiny, "--steps", "4", "--eval-every", "2", "--eval-samples", "64",

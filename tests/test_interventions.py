@@ -30,6 +30,7 @@ def _specialised(stride=8):
     return w
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_single_head_accuracy_formula_matches_simulation():
     config = TrainConfig(eval_samples=SAMPLES)
     for weights in (
@@ -41,6 +42,7 @@ def test_single_head_accuracy_formula_matches_simulation():
         np.testing.assert_allclose(report["phase_accuracy"], predicted, atol=TOL)
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_ablation_matches_prediction_on_a_hand_built_model():
     config = TrainConfig(heads=4, eval_samples=SAMPLES)
     weights = _specialised()

@@ -74,6 +74,7 @@ def test_ablate_bad_flags_exit_2_with_one_line(flags, flag, capsys):
     assert len(err.splitlines()) == 1 and flag in err
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_ablate_json_has_effect_and_components_per_phase(capsys):
     args = ["lm", "ablate", *TINY, "--layers", "2", "--json", "--quiet", "--no-patch"]
     assert main(args) == 0

@@ -120,6 +120,7 @@ def _moved_batch(config, target):
     return clean, source, valid, windows
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_patching_every_entry_makes_the_query_read_the_source_world():
     """With every window patched, a query the sliding window cannot see past reads what it reads
     in the source world, exactly; with none patched it reads the clean world."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
@@ -80,6 +81,7 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     assert table["columns"] == ["design", "delta"] and table["rows"] == [["a", 0.25]]
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 def test_two_jobs_give_the_serial_run_numbers(tmp_path):
     # --jobs 2 makes the experiments in two processes (groups along their shared runs) and
     # merges them: the same rows, in registry order, as one process making both.

@@ -64,6 +64,7 @@ def hidden(seed: int = 0, length: int = T) -> jax.Array:
     return jax.random.normal(jax.random.key(100 + seed), (2, length, D))
 
 
+@pytest.mark.slow  # moved out of the default run: the default suite took 16 min on 2 idle cores
 @pytest.mark.parametrize("kind", ["csa", "hca"])
 def test_causal_with_indexer(kind):
     """The output at t does not move when tokens after t change (top-k over future scores

@@ -315,11 +315,13 @@ def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
     of them (`batch` or `eval_samples`).
     """
     m = config.model
-    per_token = m.operator in ("max_pool", "deepseek_v4")  # a map of every token, per head
+    # maps of every token, per head: max_pool's projected keys (its backward reuses them),
+    # deepseek_v4's per-channel scores and their softmax weights
+    per_token = {"max_pool": 1, "deepseek_v4": 2}.get(m.operator, 0)
     if m.uses_gram:
         per_needle = config.chunks * (m.slots + config.heads)
     else:
-        head = config.chunks * config.dim * (m.slots * (1 + per_token) if per_token else 1)
+        head = config.chunks * config.dim * (m.slots * per_token if per_token else 1)
         per_needle = config.chunks * m.slots * config.dim + config.heads * head
     step = STEP_COPIES * config.batch * per_needle * runs
     if m.uses_gram:  # one phase of the shared held-out set at a time, logits for every run

@@ -11,13 +11,31 @@ import numpy as np
 WILSON_Z95 = 1.959963984540054
 
 
-def wilson_interval(accuracy, samples: float, z: float = WILSON_Z95) -> np.ndarray:
-    """95% Wilson score interval for binomial proportions; returns `(..., 2)` of (low, high)."""
+def wilson_interval(accuracy, samples, z: float = WILSON_Z95) -> np.ndarray:
+    """95% Wilson score interval for binomial proportions; returns `(..., 2)` of (low, high).
+
+    `samples`: one count for every proportion, or an array of counts broadcast against
+    `accuracy` (each proportion at its own count).
+    """
     p = np.asarray(accuracy, dtype=np.float64)
-    n = float(samples)
+    n = float(samples) if np.ndim(samples) == 0 else np.asarray(samples, dtype=np.float64)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
     return np.stack([centre - half, centre + half], axis=-1)
+
+
+def paired_interval(differences, z: float = WILSON_Z95) -> tuple[float, float, float]:
+    """Mean of paired differences `(n,)` (such as per-needle 0/1 outcomes, clean minus
+    intervened) and its normal interval `mean +- z sd / sqrt(n)` (sample sd).
+
+    Zero width with one difference; NaN with none. Returns `(mean, lo, hi)`.
+    """
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if d.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(d.mean())
+    half = z * float(d.std(ddof=1)) / math.sqrt(d.size) if d.size > 1 else 0.0
+    return mean, mean - half, mean + half
 
 
 @functools.cache
@@ -160,10 +178,14 @@ def cluster_range_floor(values, confidence: float = 0.95) -> float:
     return studentized_range_quantile(confidence, groups, df) * math.sqrt(spread / runs)
 
 
-def delta_max(accuracy) -> float:
-    """Best minus worst phase accuracy."""
+def delta_max(accuracy):
+    """Best minus worst phase accuracy, `max_phi acc - min_phi acc` (docs/theory.md §4).
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
     accuracy = np.asarray(accuracy)
-    return float(accuracy.max() - accuracy.min())
+    spread = accuracy.max(axis=-1) - accuracy.min(axis=-1)
+    return float(spread) if spread.ndim == 0 else spread
 
 
 def phase_sensitivity(accuracy) -> float:

@@ -29,9 +29,9 @@ from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.metrics import (
-    WILSON_Z95,
     delta_max,
     mean_interval,
+    paired_interval,
     phase_sensitivity,
     proportion_interval,
     wilson_interval,
@@ -122,9 +122,8 @@ def _accuracy(model, batch):
 
 def _paired(drop: np.ndarray) -> tuple[float, list[float]]:
     # drop: per-needle differences in {-1, 0, 1}; a normal interval on their mean.
-    mean = float(drop.mean())
-    half = WILSON_Z95 * float(drop.std(ddof=1)) / math.sqrt(drop.size) if drop.size > 1 else 0.0
-    return mean, [mean - half, mean + half]
+    mean, lo, hi = paired_interval(drop)
+    return mean, [lo, hi]
 
 
 def effect_specialization(effect) -> np.ndarray:

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
+from weakspots.idealized.metrics import delta_max as delta_max
 from weakspots.idealized.precision import float64_module
 
 from .quadrature import chi_nodes, normal_nodes
@@ -122,12 +123,6 @@ def phase_accuracy_profile(stride, chunks, support, dim, dropped_weight=0.0):
     weights = support_weights(stride, support)
     weights = np.where(weights > 0, weights, dropped_weight)
     return phase_accuracy(weights / weights.sum(), None, chunks, dim)
-
-
-def delta_max(accuracy):
-    """max_phi acc - min_phi acc (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
-    accuracy = np.asarray(accuracy)
-    return accuracy.max(axis=-1) - accuracy.min(axis=-1)
 
 
 def psc(accuracy):

@@ -34,11 +34,6 @@ def entropy_critical_weight(stride, chunks, gain, heads=1, loss="mse"):
     return max(heads * stride * lam, 0.0)
 
 
-def stagger_offsets(stride, heads):
-    """Head h's chunk-boundary shift h s // H (as idealized's --stagger). Returns (H,) ints."""
-    return np.arange(heads) * stride // heads
-
-
 def staggered_coverage(support, offsets):
     """Phases covered when head h reads phase phi at slot (phi + o_h) mod s.
 

@@ -36,7 +36,6 @@ the share of the noise that the sequences themselves carry (common to every seed
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -48,7 +47,7 @@ from flax import nnx
 from weakspots.idealized.attention import AbstractCompressor
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.metrics import WILSON_Z95
+from weakspots.idealized.metrics import paired_interval
 from weakspots.idealized.recall import RecallBatch, placed_batch
 from weakspots.sims.lm.evaluate import (
     EVAL_CHUNK,
@@ -58,7 +57,7 @@ from weakspots.sims.lm.evaluate import (
     query_reach,
     value_starts,
 )
-from weakspots.sims.lm.train import graphdef, jit, merge
+from weakspots.sims.lm.train import first_query_hits, graphdef, jit, merge
 from weakspots.sims.progress import Progress
 
 PARAMETER_EDITS = ("ablate_head", "ablate_layer", "zero_position_bias", "roll_position_bias")
@@ -244,9 +243,9 @@ class PatchedEntries(AbstractCompressor):
 
 
 def first_query_correct(model: Decoder, batch: RecallBatch) -> jax.Array:
-    """Per sequence `(B,)`: every value token of the first query predicted (argmax)."""
-    hit = jnp.argmax(model(batch.tokens), axis=-1) == batch.targets
-    return jnp.all(hit | ~batch.first_query, axis=-1)
+    """Per sequence `(B,)`: every value token of the first query predicted (argmax) by `model`
+    reading the whole sequence (`sims.lm.train.first_query_hits`)."""
+    return first_query_hits(model(batch.tokens), batch.targets, batch.first_query)
 
 
 def evaluation_key(config: LMConfig, index):
@@ -384,12 +383,8 @@ def world_outcomes(
 
 def paired_drop(clean: np.ndarray, intervened: np.ndarray) -> tuple[float, list[float]]:
     """Mean of `clean - intervened` (0/1 outcomes, paired) and its 95% normal interval."""
-    diff = clean.astype(np.float64) - intervened.astype(np.float64)
-    mean = float(diff.mean()) if diff.size else math.nan
-    if diff.size < 2:
-        return mean, [mean, mean]
-    half = WILSON_Z95 * float(diff.std(ddof=1)) / math.sqrt(diff.size)
-    return mean, [mean - half, mean + half]
+    mean, lo, hi = paired_interval(clean.astype(np.float64) - intervened.astype(np.float64))
+    return mean, [lo, hi]
 
 
 def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, stride: int) -> dict:
@@ -540,8 +535,7 @@ def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts
             rows, i = args
             batch = placed_batch(evaluation_key(config, i), config.task, rows)
             logp = shifted_log_probs(model, batch.tokens, offsets, config.stride)
-            hit = jnp.argmax(logp, axis=-1) == batch.targets
-            return jnp.all(hit | ~batch.first_query, axis=-1)
+            return first_query_hits(logp, batch.targets, batch.first_query)
 
         return jax.lax.map(chunk, (starts, index)).reshape(-1)
 

@@ -8,8 +8,8 @@ attention margins, the evidence and verdict of `mechanism`, the noise floor of i
 
 Sizes: `tiny` trains tiny decoders (for tests of the pipeline); `quick` reads the reports
 recorded in `sims/lm/runs/ablate_<name>.json` (each holds its config and seeds; the command
-is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
-minutes each on two CPU cores; `full` retrains every design and measures it again
+is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since training the designs
+is the costly part; `full` retrains every design and measures it again
 (trained decoders are kept in the `sims.lm.checkpoint` cache).
 
 Statistics: a report's intervals and noise floor take the seeds as clusters where it holds

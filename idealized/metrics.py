@@ -129,6 +129,17 @@ def proportion_interval(
     return p, max(float(lo), 0.0), min(float(hi), 1.0)
 
 
+def runs_interval(
+    values, low: float = -math.inf, high: float = math.inf, samples: int | None = None
+) -> tuple[float, float, float]:
+    """Mean over runs of `values` (n,) and its 95% interval: a proportion measured on `samples`
+    trials per run by `proportion_interval`, anything else (`samples=None`) by
+    `mean_interval` inside `[low, high]`. Returns `(mean, lo, hi)`."""
+    if samples is not None:
+        return proportion_interval(values, samples)
+    return mean_interval(values, low, high)
+
+
 def cluster_interval(values, samples: int, confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean of per-cluster proportions `values` (n,) and its interval, the clusters (seeds,
     each scored on its own `samples` trials) as the independent units.
@@ -188,10 +199,28 @@ def delta_max(accuracy):
     return float(spread) if spread.ndim == 0 else spread
 
 
-def phase_sensitivity(accuracy) -> float:
-    """Phase Sensitivity Coefficient `psc = var_phi(acc) / mean_phi(acc)` (population variance)."""
+def phase_sensitivity(accuracy):
+    """Phase Sensitivity Coefficient `psc = var_phi(acc) / mean_phi(acc)` (population variance;
+    docs/theory.md §4), inf where the mean is 0.
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
+    return _over_mean(np.var, accuracy)
+
+
+def phase_sensitivity_std(accuracy):
+    """`std_phi(acc) / mean_phi(acc)` (docs/theory.md §4), inf where the mean is 0.
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
+    return _over_mean(np.std, accuracy)
+
+
+def _over_mean(spread, accuracy):
     accuracy = np.asarray(accuracy, dtype=np.float64)
-    return float(accuracy.var() / accuracy.mean()) if accuracy.mean() > 0 else math.inf
+    mean = accuracy.mean(axis=-1)
+    ratio = np.where(mean > 0, spread(accuracy, axis=-1) / np.where(mean > 0, mean, 1.0), np.inf)
+    return float(ratio) if ratio.ndim == 0 else ratio
 
 
 def harmonic_spectrum(accuracy) -> np.ndarray:
@@ -241,7 +270,7 @@ def phase_report(accuracy, samples: int) -> dict:
         "mean_accuracy": mean,
         "delta_max": delta_max(accuracy),
         "psc": phase_sensitivity(accuracy),
-        "psc_std": float(accuracy.std() / mean) if mean > 0 else math.inf,
+        "psc_std": phase_sensitivity_std(accuracy),
         "harmonic_spectrum": harmonic_spectrum(accuracy).tolist(),
         "buckets": bucket_accuracy(accuracy),
     }

@@ -30,10 +30,9 @@ from weakspots.idealized.config import ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.metrics import (
     delta_max,
-    mean_interval,
     paired_interval,
     phase_sensitivity,
-    proportion_interval,
+    runs_interval,
     wilson_interval,
 )
 from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
@@ -240,10 +239,7 @@ def _interval(values, low=-math.inf, high=math.inf, samples: int | None = None) 
     proportion measured on `samples` trials per run by `proportion_interval`, anything
     else by the t interval. Returns {"mean", "ci": [lo, hi] (nan with one run), "values"}."""
     values = [float(v) for v in values]
-    if samples is not None:
-        mean, lo, hi = proportion_interval(values, samples)
-    else:
-        mean, lo, hi = mean_interval(values, low, high)
+    mean, lo, hi = runs_interval(values, low, high, samples)
     return {"mean": mean, "ci": [lo, hi], "values": values}
 
 

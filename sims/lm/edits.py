@@ -134,38 +134,41 @@ class AblateLayer(Edit):
 
 
 @dataclasses.dataclass(frozen=True)
-class ZeroPositionBias(Edit):
-    """The compressor's learned per-phase parameters at their uniform value (`POSITION_PARAMETERS`)."""
+class _PositionBias(Edit):
+    """A change to each of the compressor's learned per-phase parameters (`POSITION_PARAMETERS`)."""
 
-    kind = "zero_position_bias"
-    label = "zero position bias"
+    @abc.abstractmethod
+    def change(self, param: nnx.Variable, name: str, axis: int) -> None:
+        """Change `param` (named `name`, its phase axis `axis` from the right) in place."""
 
     def edit(self, attention, config):
-        names, _ = POSITION_PARAMETERS[config.operator]
+        names, axis = POSITION_PARAMETERS[config.operator]
         for name in names:
-            if name != "right":  # low_rank: left = 0 leaves P_j = I / s (mean pooling)
-                param = getattr(attention.compressor, name)
-                param[...] = jnp.zeros_like(param[...])
+            self.change(getattr(attention.compressor, name), name, axis)
 
     def applies_to(self, config, compressed):
         return compressed and config.operator in POSITION_PARAMETERS
 
 
 @dataclasses.dataclass(frozen=True)
-class RollPositionBias(Edit):
+class ZeroPositionBias(_PositionBias):
+    """The compressor's learned per-phase parameters at their uniform value."""
+
+    kind, label = "zero_position_bias", "zero position bias"
+
+    def change(self, param, name, axis):
+        if name != "right":  # low_rank: left = 0 leaves P_j = I / s (mean pooling)
+            param[...] = jnp.zeros_like(param[...])
+
+
+@dataclasses.dataclass(frozen=True)
+class RollPositionBias(_PositionBias):
     """Each phase's learned parameters moved to the next phase: `new[phi] = old[phi - 1]`."""
 
-    kind = "roll_position_bias"
-    label = "roll position bias by one phase"
+    kind, label = "roll_position_bias", "roll position bias by one phase"
 
-    def edit(self, attention, config):
-        names, axis = POSITION_PARAMETERS[config.operator]
-        for name in names:
-            param = getattr(attention.compressor, name)
-            param[...] = jnp.roll(param[...], 1, axis=axis)
-
-    def applies_to(self, config, compressed):
-        return compressed and config.operator in POSITION_PARAMETERS
+    def change(self, param, name, axis):
+        param[...] = jnp.roll(param[...], 1, axis=axis)
 
 
 @dataclasses.dataclass(frozen=True)

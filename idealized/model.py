@@ -224,10 +224,8 @@ class RetrievalModel(eqx.Module):
         source = gram if gram is not None else keys
         stride = source.shape[1]
         members = [
-            self.logits_at(
-                position, gram, keys, query, k * stride // self.offset_ensemble, rope_norms
-            )
-            for k in range(self.offset_ensemble)
+            self.logits_at(position, gram, keys, query, shift, rope_norms)
+            for shift in stagger_offsets(stride, self.offset_ensemble)
         ]
         return jnp.concatenate(members, axis=0)
 

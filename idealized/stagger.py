@@ -1,6 +1,7 @@
-"""Staggered window boundaries shared by the toy, the decoder and theory."""
+"""Evenly spread chunk-boundary shifts, shared by the toy, the decoder and theory."""
 
 
-def stagger_offsets(stride: int, heads: int) -> tuple[int, ...]:
-    """Head h's chunk-boundary shift `h s // H` in tokens (`--stagger`), one per head."""
-    return tuple(h * stride // heads for h in range(heads))
+def stagger_offsets(stride: int, count: int) -> tuple[int, ...]:
+    """The shifts `k s // count` in tokens, k < count: head h's chunk boundary under `--stagger`
+    (count = heads H), or chunking k's of an offset ensemble (count = K)."""
+    return tuple(k * stride // count for k in range(count))

@@ -13,6 +13,7 @@ from flax import nnx
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.recall import placed_batch
+from weakspots.idealized.stagger import stagger_offsets
 from weakspots.sims.lm import edits
 from weakspots.sims.lm import interventions as iv
 from weakspots.sims.lm.evaluate import config_evaluation_set, query_reach
@@ -216,7 +217,7 @@ def test_shifted_log_probs_are_the_mean_over_chunkings_built_by_hand():
     np.testing.assert_allclose(
         iv.shifted_log_probs(model, x, (0, 2), s), (intact + shifted) / 2, **BATCHED
     )
-    assert iv.ensemble_offsets(8, 4) == (0, 2, 4, 6)
+    assert stagger_offsets(8, 4) == (0, 2, 4, 6)  # the offset ensemble's shifts k s // K
 
 
 @partial(jax.jit, static_argnums=(0, 1))

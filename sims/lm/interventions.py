@@ -40,6 +40,7 @@ from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.metrics import paired_interval
 from weakspots.idealized.recall import RecallBatch, placed_batch
+from weakspots.idealized.stagger import stagger_offsets
 from weakspots.sims.lm import edits
 from weakspots.sims.lm.edits import Edit, apply_edits
 from weakspots.sims.lm.evaluate import (
@@ -389,11 +390,6 @@ def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts
     return jax.vmap(per_run)(params)
 
 
-def ensemble_offsets(stride: int, ensemble: int) -> tuple[int, ...]:
-    """The shifts `k s // K` of an offset ensemble of K chunkings (as `theory.mitigations`)."""
-    return tuple(k * stride // ensemble for k in range(ensemble))
-
-
 def offset_ensemble(
     config: LMConfig, params: nnx.State, ensemble: int, rows: Rows | None = None
 ) -> dict:
@@ -409,7 +405,7 @@ def offset_ensemble(
     config = config.static
     rows = rows or evaluation_rows(config)
     s = config.stride
-    offsets = ensemble_offsets(s, ensemble)
+    offsets = stagger_offsets(s, ensemble)
     starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
     clean = world_outcomes(config, params, [None], rows)[0]
     out = np.asarray(_offset_outcomes(config, offsets, params, starts, index))
@@ -517,7 +513,6 @@ __all__ = [
     "ablate_lm",
     "component_interventions",
     "edited_parameters",
-    "ensemble_offsets",
     "evaluation_key",
     "evaluation_rows",
     "first_query_correct",

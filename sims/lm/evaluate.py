@@ -176,8 +176,13 @@ def grouped(outcomes: np.ndarray, labels: np.ndarray, groups: int) -> dict:
     """Accuracy, samples and Wilson interval of `outcomes` per label in `range(groups)`."""
     samples = np.bincount(labels, minlength=groups)
     hits = np.bincount(labels, weights=outcomes.astype(np.float64), minlength=groups)
-    accuracy = hits / np.maximum(samples, 1)
-    return {"accuracy": accuracy, "samples": samples, "ci": metrics.wilson_interval(accuracy, np.maximum(samples, 1))}
+    counts = np.maximum(samples, 1)
+    accuracy = hits / counts
+    return {
+        "accuracy": accuracy,
+        "samples": samples,
+        "ci": metrics.wilson_interval(accuracy, counts),
+    }
 
 
 def delta_max_noise_floor(

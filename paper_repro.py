@@ -109,7 +109,7 @@ def parse(argv=None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="add the experiments without a figure (the rest of `weakspots check`'s table, "
-        "which run their own simulations, several minutes at quick size); default: on "
+        "which run their own simulations); default: on "
         "with --full, off with --quick",
     )
     args = p.parse_args(argv)

@@ -65,12 +65,12 @@ FLOW_RTOL, FLOW_ATOL = 1e-8, 1e-10
 
 @dataclasses.dataclass(frozen=True)
 class BenchSettings:
-    """How much work each comparison times; `QUICK` fits in two minutes, `FULL` in ten."""
+    """How much work each comparison times: `QUICK` a short pass, `FULL` the measurement."""
 
     runs: int = 16  # canonical runs trained at once
     steps: int = 600  # training steps per run per timed repeat
     repeats: int = 5  # interleaved rounds
-    naive_steps: int = 3  # naive-loop steps per round (about a second each on 2 cores)
+    naive_steps: int = 3  # naive-loop steps per round (each runs uncompiled, so few)
     flow_problems: int = 256  # reduced flows solved in one diffrax batch
     scipy_problems: int = 256  # of those, solved one by one with LSODA
     flow_api: bool = True  # also time the public API, sims.flow.solve_many (with the event)
@@ -89,7 +89,7 @@ QUICK = BenchSettings(
     scipy_problems=16,
     shard_steps=50,
     shard_repeats=2,
-    operator_steps=0,  # six compilations of the real-key step: minutes on 2 cores
+    operator_steps=0,  # six compilations of the real-key step: left to the full pass
 )
 
 

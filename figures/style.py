@@ -75,7 +75,3 @@ def spread_yerr(values) -> tuple[np.ndarray, np.ndarray]:
     low = np.array([r.min() for r in rows])
     high = np.array([r.max() for r in rows])
     return mean, np.maximum(np.stack([mean - low, high - mean]), 0.0)
-
-
-def panel_label(ax, text: str) -> None:
-    ax.set_title(text, loc="left")

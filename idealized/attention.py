@@ -36,6 +36,7 @@ from jaxtyping import Array, Float
 from . import compression
 from .deepseek_v4 import ape_pooling_weights, deepseek_v4, interleaved_rope
 from .rope import ROPE_THETA
+from .stagger import stagger_offsets as stagger_offsets
 
 Tokens = Float[Array, "B T D"]
 Heads = Float[Array, "B T H hd"]
@@ -235,11 +236,6 @@ def compressed_visibility(length: int, stride: int) -> Float[Array, "T C"]:
     t = jnp.arange(length, dtype=jnp.int32)[:, None]
     w = jnp.arange(length // stride, dtype=jnp.int32)[None, :]
     return w < (t + 1) // stride
-
-
-def stagger_offsets(stride: int, heads: int) -> tuple[int, ...]:
-    """Head h's window offset `h s // H` (as `theory.stagger_offsets` and the toy's `stagger`)."""
-    return tuple(h * stride // heads for h in range(heads))
 
 
 def staggered_visibility(length: int, stride: int, offsets) -> Float[Array, "H T C"]:

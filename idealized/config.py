@@ -1,6 +1,6 @@
 """Frozen configs of plain scalars, validated at construction.
 
-Two kinds of field (STYLE.md, pattern 2):
+Two kinds of field:
 
 * shape-determining or structural fields (`stride`, `chunks`, `dim`, `heads`,
   `operator`, `loss`, ...) are static under jit: changing one compiles a new program;
@@ -135,7 +135,7 @@ class ModelConfig:
     `rank` is the rank of each phase's correction under `low_rank`; `rope_dim`
     is the number of rotary channels (`deepseek_v4` and `rope_anchor`).
 
-    Chunking variants and mitigations (issue 4; all off by default):
+    Chunking variants and mitigations (all off by default):
     `rope_anchor` rotates the last `rope_dim` channels of each compressed key to its
     chunk's first position and the query to its own (needs the real keys);
     `phase_entropy` adds `-phase_entropy * mean_h entropy(alpha_h)` to the objective

@@ -167,10 +167,5 @@ def init_decoder(config: DecoderConfig, key) -> Decoder:
     return Decoder(config, rngs=nnx.Rngs(params=key))
 
 
-def split_decoder(config: DecoderConfig, key) -> tuple[nnx.GraphDef, nnx.State]:
-    """`nnx.split(init_decoder(config, key))`: the static graph and the parameter state."""
-    return nnx.split(init_decoder(config, key))
-
-
 def count_params(state: nnx.State) -> int:
     return sum(int(jnp.size(x)) for x in jax.tree.leaves(state))

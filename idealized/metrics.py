@@ -11,13 +11,31 @@ import numpy as np
 WILSON_Z95 = 1.959963984540054
 
 
-def wilson_interval(accuracy, samples: float, z: float = WILSON_Z95) -> np.ndarray:
-    """95% Wilson score interval for binomial proportions; returns `(..., 2)` of (low, high)."""
+def wilson_interval(accuracy, samples, z: float = WILSON_Z95) -> np.ndarray:
+    """95% Wilson score interval for binomial proportions; returns `(..., 2)` of (low, high).
+
+    `samples`: one count for every proportion, or an array of counts broadcast against
+    `accuracy` (each proportion at its own count).
+    """
     p = np.asarray(accuracy, dtype=np.float64)
-    n = float(samples)
+    n = float(samples) if np.ndim(samples) == 0 else np.asarray(samples, dtype=np.float64)
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
     half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / (1 + z**2 / n)
     return np.stack([centre - half, centre + half], axis=-1)
+
+
+def paired_interval(differences, z: float = WILSON_Z95) -> tuple[float, float, float]:
+    """Mean of paired differences `(n,)` (such as per-needle 0/1 outcomes, clean minus
+    intervened) and its normal interval `mean +- z sd / sqrt(n)` (sample sd).
+
+    Zero width with one difference; NaN with none. Returns `(mean, lo, hi)`.
+    """
+    d = np.asarray(differences, dtype=np.float64).ravel()
+    if d.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(d.mean())
+    half = z * float(d.std(ddof=1)) / math.sqrt(d.size) if d.size > 1 else 0.0
+    return mean, mean - half, mean + half
 
 
 @functools.cache
@@ -111,6 +129,17 @@ def proportion_interval(
     return p, max(float(lo), 0.0), min(float(hi), 1.0)
 
 
+def runs_interval(
+    values, low: float = -math.inf, high: float = math.inf, samples: int | None = None
+) -> tuple[float, float, float]:
+    """Mean over runs of `values` (n,) and its 95% interval: a proportion measured on `samples`
+    trials per run by `proportion_interval`, anything else (`samples=None`) by
+    `mean_interval` inside `[low, high]`. Returns `(mean, lo, hi)`."""
+    if samples is not None:
+        return proportion_interval(values, samples)
+    return mean_interval(values, low, high)
+
+
 def cluster_interval(values, samples: int, confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean of per-cluster proportions `values` (n,) and its interval, the clusters (seeds,
     each scored on its own `samples` trials) as the independent units.
@@ -160,16 +189,38 @@ def cluster_range_floor(values, confidence: float = 0.95) -> float:
     return studentized_range_quantile(confidence, groups, df) * math.sqrt(spread / runs)
 
 
-def delta_max(accuracy) -> float:
-    """Best minus worst phase accuracy."""
+def delta_max(accuracy):
+    """Best minus worst phase accuracy, `max_phi acc - min_phi acc` (docs/theory.md §4).
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
     accuracy = np.asarray(accuracy)
-    return float(accuracy.max() - accuracy.min())
+    spread = accuracy.max(axis=-1) - accuracy.min(axis=-1)
+    return float(spread) if spread.ndim == 0 else spread
 
 
-def phase_sensitivity(accuracy) -> float:
-    """Phase Sensitivity Coefficient `psc = var_phi(acc) / mean_phi(acc)` (population variance)."""
+def phase_sensitivity(accuracy):
+    """Phase Sensitivity Coefficient `psc = var_phi(acc) / mean_phi(acc)` (population variance;
+    docs/theory.md §4), inf where the mean is 0.
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
+    return _over_mean(np.var, accuracy)
+
+
+def phase_sensitivity_std(accuracy):
+    """`std_phi(acc) / mean_phi(acc)` (docs/theory.md §4), inf where the mean is 0.
+
+    accuracy: (..., s). Returns a float for one vector, else an array (...).
+    """
+    return _over_mean(np.std, accuracy)
+
+
+def _over_mean(spread, accuracy):
     accuracy = np.asarray(accuracy, dtype=np.float64)
-    return float(accuracy.var() / accuracy.mean()) if accuracy.mean() > 0 else math.inf
+    mean = accuracy.mean(axis=-1)
+    ratio = np.where(mean > 0, spread(accuracy, axis=-1) / np.where(mean > 0, mean, 1.0), np.inf)
+    return float(ratio) if ratio.ndim == 0 else ratio
 
 
 def harmonic_spectrum(accuracy) -> np.ndarray:
@@ -219,7 +270,7 @@ def phase_report(accuracy, samples: int) -> dict:
         "mean_accuracy": mean,
         "delta_max": delta_max(accuracy),
         "psc": phase_sensitivity(accuracy),
-        "psc_std": float(accuracy.std() / mean) if mean > 0 else math.inf,
+        "psc_std": phase_sensitivity_std(accuracy),
         "harmonic_spectrum": harmonic_spectrum(accuracy).tolist(),
         "buckets": bucket_accuracy(accuracy),
     }

@@ -16,6 +16,7 @@ from .config import ModelConfig
 from .deepseek_v4 import _interleaved_rope
 from .rope import ROPE_THETA as ROPE_THETA
 from .rope import rope_frequencies as rope_frequencies
+from .stagger import stagger_offsets
 from .types import Gram, Keys, Logits, PoolingWeights, Query
 
 
@@ -132,9 +133,8 @@ class RetrievalModel(eqx.Module):
     def head_offsets(self, stride: int, extra: int = 0) -> tuple[int, ...]:
         """Each head's chunk-boundary shift in tokens: `h s // H` under `stagger` (plus `extra`)."""
         heads = self.log_gain.shape[0]
-        return tuple(
-            ((h * stride // heads if self.stagger else 0) + extra) % stride for h in range(heads)
-        )
+        shifts = stagger_offsets(stride, heads) if self.stagger else (0,) * heads
+        return tuple((o + extra) % stride for o in shifts)
 
     def logits_at(
         self,
@@ -224,10 +224,8 @@ class RetrievalModel(eqx.Module):
         source = gram if gram is not None else keys
         stride = source.shape[1]
         members = [
-            self.logits_at(
-                position, gram, keys, query, k * stride // self.offset_ensemble, rope_norms
-            )
-            for k in range(self.offset_ensemble)
+            self.logits_at(position, gram, keys, query, shift, rope_norms)
+            for shift in stagger_offsets(stride, self.offset_ensemble)
         ]
         return jnp.concatenate(members, axis=0)
 

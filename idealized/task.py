@@ -150,8 +150,8 @@ def chi_square(key: PRNGKeyArray, dof: int, shape: tuple[int, ...], dtype=jnp.fl
 
     `chi^2_2` is exponential with mean 2, `-2 log U`, so `chi^2_dof` is a sum of
     `dof // 2` of those plus one squared normal when `dof` is odd. `jax.random.chisquare`
-    samples a gamma by rejection, whose loop costs seconds of compilation in every
-    program that draws a batch; past `MAX_ERLANG` uniforms per draw it is the cheaper one.
+    samples a gamma by rejection, a loop that is slow to compile in every program that
+    draws a batch; past `MAX_ERLANG` uniforms per draw it is the cheaper one.
     """
     if dof // 2 > MAX_ERLANG or not jax.config.jax_enable_x64 or jnp.dtype(dtype).itemsize > 4:
         return jax.random.chisquare(key, dof, shape, dtype)

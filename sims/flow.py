@@ -677,7 +677,7 @@ def finite_flow(
     max_steps=100_000,
     accuracy=True,
 ):
-    """Gradient flow of the full finite-d model on a fixed sample (issue 3 (b)), vmapped over runs.
+    """Gradient flow of the full finite-d model on a fixed sample, vmapped over runs.
 
     configs: one TrainConfig or a list sharing `config.static` up to `dim` (seeds, gains,
     init scales, weight decays and, on the inner-product path, d vary: one compilation;

@@ -29,11 +29,10 @@ from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import ModelConfig, TrainConfig
 from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.metrics import (
-    WILSON_Z95,
     delta_max,
-    mean_interval,
+    paired_interval,
     phase_sensitivity,
-    proportion_interval,
+    runs_interval,
     wilson_interval,
 )
 from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
@@ -122,9 +121,8 @@ def _accuracy(model, batch):
 
 def _paired(drop: np.ndarray) -> tuple[float, list[float]]:
     # drop: per-needle differences in {-1, 0, 1}; a normal interval on their mean.
-    mean = float(drop.mean())
-    half = WILSON_Z95 * float(drop.std(ddof=1)) / math.sqrt(drop.size) if drop.size > 1 else 0.0
-    return mean, [mean - half, mean + half]
+    mean, lo, hi = paired_interval(drop)
+    return mean, [lo, hi]
 
 
 def effect_specialization(effect) -> np.ndarray:
@@ -241,10 +239,7 @@ def _interval(values, low=-math.inf, high=math.inf, samples: int | None = None) 
     proportion measured on `samples` trials per run by `proportion_interval`, anything
     else by the t interval. Returns {"mean", "ci": [lo, hi] (nan with one run), "values"}."""
     values = [float(v) for v in values]
-    if samples is not None:
-        mean, lo, hi = proportion_interval(values, samples)
-    else:
-        mean, lo, hi = mean_interval(values, low, high)
+    mean, lo, hi = runs_interval(values, low, high, samples)
     return {"mean": mean, "ci": [lo, hi], "values": values}
 
 

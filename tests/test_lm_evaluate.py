@@ -8,6 +8,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from scipy import stats  # noqa: E402
 
+from weakspots.idealized import metrics  # noqa: E402
 from weakspots.idealized.lm_config import LMConfig  # noqa: E402
 from weakspots.sims.lm import evaluate  # noqa: E402
 
@@ -71,11 +72,11 @@ def test_seeds_are_clusters_in_the_phase_summary():
     assert out["phase_accuracy_per_seed"] == [[1.0] * 4, [1.0, 0.0, 1.0, 1.0]]
     assert out["phase_accuracy_ci"][1] == pytest.approx([0.0, 1.0])
     n = out["phase_samples"][1]
-    wilson = evaluate.wilson(np.array(n // 2), np.array(n))
+    wilson = metrics.wilson_interval(np.array(n // 2) / n, np.array(n))
     assert np.ptp(wilson) < 0.5
     n0 = out["phase_samples"][0]
     assert out["phase_accuracy_ci"][0] == pytest.approx(
-        evaluate.wilson(np.array(n0), np.array(n0)).tolist()
+        metrics.wilson_interval(np.array(n0) / n0, np.array(n0)).tolist()
     )  # agreeing seeds at the ceiling
     low, high = out["delta_max_ci"]
     assert low <= 0.0 and high >= 1.0 and out["interval_gap"] < 0
@@ -129,7 +130,7 @@ def test_pooling_runs_multiplies_the_samples():
 
 
 def test_wilson_intervals_per_phase_count():
-    ci = evaluate.wilson(np.array([5, 0]), np.array([10, 7]))
+    ci = metrics.wilson_interval(np.array([5, 0]) / np.array([10, 7]), np.array([10, 7]))
     assert ci[0, 0] < 0.5 < ci[0, 1] and ci[1, 0] == pytest.approx(0.0, abs=1e-12)
     assert ci[1, 1] == pytest.approx(0.3543, abs=1e-3)  # Wilson 95% upper bound of 0/7
 

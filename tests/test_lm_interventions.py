@@ -13,6 +13,8 @@ from flax import nnx
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.recall import placed_batch
+from weakspots.idealized.stagger import stagger_offsets
+from weakspots.sims.lm import edits
 from weakspots.sims.lm import interventions as iv
 from weakspots.sims.lm.evaluate import config_evaluation_set, query_reach
 
@@ -50,7 +52,7 @@ def test_head_ablation_equals_zeroing_that_heads_values():
     x = tokens(config)
     base = np.asarray(model(x))
     for layer, head in ((0, 1), (1, 0)):
-        ablated = np.asarray(edited(config, model, iv.Intervention("ablate_head", layer, head))(x))
+        ablated = np.asarray(edited(config, model, edits.AblateHead(layer, head))(x))
         other = random_decoder(config)
         width = config.decoder.head_dim
         kernel = other.blocks[layer].attention.value.kernel
@@ -68,7 +70,7 @@ def test_zero_position_bias_of_softmax_pool_is_mean_pooling():
     del state["blocks"][1]["attention"]["compressor"]["pooling_logits"]
     reference = nnx.merge(nnx.split(random_decoder(mean))[0], state)
     x = tokens(config)
-    zeroed = edited(config, model, iv.Intervention("zero_position_bias", 1))
+    zeroed = edited(config, model, edits.ZeroPositionBias(1))
     np.testing.assert_allclose(np.asarray(zeroed(x)), np.asarray(reference(x)), **EXACT)
     assert not np.allclose(np.asarray(model(x)), np.asarray(reference(x)), atol=1e-3)
 
@@ -78,7 +80,7 @@ def test_roll_moves_every_phase_weight_one_phase_on(operator):
     config = LMConfig(**TINY, operator=operator)
     model = random_decoder(config, seed=2)
     before = np.asarray(model.pooling_weights()[1])
-    rolled = edited(config, model, iv.Intervention("roll_position_bias", 1))
+    rolled = edited(config, model, edits.RollPositionBias(1))
     after = np.asarray(rolled.pooling_weights()[1])
     assert not np.allclose(before, np.roll(before, 1, axis=-1))  # a roll is visible
     np.testing.assert_allclose(after, np.roll(before, 1, axis=-1), rtol=1e-6)
@@ -88,11 +90,12 @@ def test_applies_and_components_follow_the_design():
     mean = LMConfig(**TINY, operator="mean_pool")
     dsv4 = LMConfig(**TINY, operator="deepseek_v4", local_window=4)
     dense = LMConfig(**TINY, operator="none")
-    assert not iv.applies(mean, iv.Intervention("zero_position_bias", 1))
-    assert iv.applies(dsv4, iv.Intervention("roll_position_bias", 1))
-    assert not iv.applies(dsv4, iv.Intervention("roll_position_bias", 0))  # the sliding layer
-    assert not iv.applies(dense, iv.Intervention("no_rope_compressed", 1))
-    names = [iv.component_name(dsv4, c) for c in iv.component_interventions(dsv4)]
+    assert not edits.ZeroPositionBias(1).applies(mean)
+    assert edits.RollPositionBias(1).applies(dsv4)
+    assert not edits.RollPositionBias(0).applies(dsv4)  # the sliding layer
+    assert not edits.NoRopeCompressed(1).applies(dense)
+    assert not edits.AblateHead(1, 2).applies(dsv4) and not edits.AblateLayer(2).applies(dsv4)
+    names = [c.describe(dsv4) for c in iv.component_interventions(dsv4)]
     assert names == [
         "remove sliding window (layer 0)",
         "remove compressed branch (layer 1)",
@@ -103,9 +106,7 @@ def test_applies_and_components_follow_the_design():
     ]
     assert [c.kind for c in iv.component_interventions(dense)] == ["ablate_layer"] * 2
     with pytest.raises(ValueError):
-        iv.Intervention("ablate_head", 1)
-    with pytest.raises(ValueError):
-        iv.Intervention("ablate", 1, 0)
+        iv.edited_parameters(dsv4, None, edits.NoLocalWindow(1))  # changes the program
 
 
 def _moved_batch(config, target):
@@ -135,7 +136,7 @@ def test_patching_every_entry_makes_the_query_read_the_source_world():
     queries = slice(config.task.context_len + config.window, config.seq_len)
     for patched, reference in ((True, source.tokens), (False, clean.tokens)):
         mask = jnp.full((rows, windows), patched)
-        attention.compressor = iv.PatchedEntries(inner, mask)
+        attention.compressor = edits.PatchedEntries(inner, mask)
         out = np.asarray(model(both))[:rows, queries]
         attention.compressor = inner
         assert out.shape[1] >= 4
@@ -216,7 +217,7 @@ def test_shifted_log_probs_are_the_mean_over_chunkings_built_by_hand():
     np.testing.assert_allclose(
         iv.shifted_log_probs(model, x, (0, 2), s), (intact + shifted) / 2, **BATCHED
     )
-    assert iv.ensemble_offsets(8, 4) == (0, 2, 4, 6)
+    assert stagger_offsets(8, 4) == (0, 2, 4, 6)  # the offset ensemble's shifts k s // K
 
 
 @partial(jax.jit, static_argnums=(0, 1))
@@ -228,11 +229,9 @@ def _correct(config, graph, state, starts, index):
 def _alone(config, state, intervention, rows):
     """Outcomes `(K * chunk,)` of one run's decoder under `intervention`, chunk by chunk, without
     vmap (the route `world_outcomes` batches)."""
-    if intervention is not None and intervention.kind in iv.PARAMETER_EDITS:
-        state = iv.edited_parameters(config, state, intervention)
     model = nnx.merge(nnx.split(random_decoder(config))[0], state)
-    if intervention is not None and intervention.kind in iv.SWITCHES:
-        iv._switch(model, intervention)
+    if intervention is not None:
+        model = intervention.apply(model)
     graph, state = nnx.split(model)
     chunks = zip(rows.starts, rows.index, strict=True)
     return np.concatenate([np.asarray(_correct(config, graph, state, x, i)) for x, i in chunks])
@@ -256,18 +255,18 @@ def test_deepseek_v4_decoders_are_ablated_as_each_run_evaluated_alone():
     intact = by_phase(alone(None))
     assert 0 < intact.mean() < 1  # outcomes of both kinds are compared
     np.testing.assert_allclose(report["phase_accuracy"], intact, rtol=1e-12)
-    head = by_phase(alone(iv.Intervention("ablate_head", 1, 0)))
+    head = by_phase(alone(edits.AblateHead(1, 0)))
     np.testing.assert_allclose(report["effect"][1][0], intact - head, atol=1e-12)
     components = {c["kind"]: c for c in report["components"]}
-    for kind in ("zero_position_bias", "no_rope_compressed"):
-        expected = by_phase(alone(iv.Intervention(kind, 1)))
-        np.testing.assert_allclose(components[kind]["accuracy"], expected, rtol=1e-12)
+    for kind in (edits.ZeroPositionBias, edits.NoRopeCompressed):
+        expected = by_phase(alone(kind(1)))
+        np.testing.assert_allclose(components[kind.kind]["accuracy"], expected, rtol=1e-12)
     patch = report["patch"]
     for p in range(s):  # the source world at the clean phase is the clean world
         if patch["samples"][p][p]:
             assert patch["patched"][p][p] == patch["clean"][p][p]
 
-    switch = iv.Intervention("no_rope_compressed", 1)
+    switch = edits.NoRopeCompressed(1)
     out = iv.world_outcomes(config, stacked, [switch], rows)
     assert out.shape == (1, 2, far.size)
     for run in range(2):

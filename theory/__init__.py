@@ -74,7 +74,7 @@ from .interventions import slot_accuracy as slot_accuracy
 from .mitigations import entropy_critical_weight as entropy_critical_weight
 from .mitigations import offset_ensemble_accuracy as offset_ensemble_accuracy
 from .mitigations import overlap_coverage as overlap_coverage
-from .mitigations import stagger_offsets as stagger_offsets
+from weakspots.idealized.stagger import stagger_offsets as stagger_offsets
 from .mitigations import staggered_coverage as staggered_coverage
 from .noise_floor import accuracy_sensitivity as accuracy_sensitivity
 from .noise_floor import delta_max_distribution as delta_max_distribution

@@ -24,6 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import log_ndtr
 
+from weakspots.idealized.metrics import delta_max as delta_max
+from weakspots.idealized.metrics import phase_sensitivity as psc
+from weakspots.idealized.metrics import phase_sensitivity_std as psc_std
 from weakspots.idealized.precision import float64_module
 
 from .quadrature import chi_nodes, normal_nodes
@@ -122,27 +125,6 @@ def phase_accuracy_profile(stride, chunks, support, dim, dropped_weight=0.0):
     weights = support_weights(stride, support)
     weights = np.where(weights > 0, weights, dropped_weight)
     return phase_accuracy(weights / weights.sum(), None, chunks, dim)
-
-
-def delta_max(accuracy):
-    """max_phi acc - min_phi acc (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
-    accuracy = np.asarray(accuracy)
-    return accuracy.max(axis=-1) - accuracy.min(axis=-1)
-
-
-def psc(accuracy):
-    """Phase Sensitivity Coefficient var_phi(acc) / mean_phi(acc), population variance (docs/theory.md §4).
-
-    accuracy: (..., s). Returns (...).
-    """
-    accuracy = np.asarray(accuracy)
-    return accuracy.var(axis=-1) / accuracy.mean(axis=-1)
-
-
-def psc_std(accuracy):
-    """std_phi(acc) / mean_phi(acc) (docs/theory.md §4). accuracy: (..., s). Returns (...)."""
-    accuracy = np.asarray(accuracy)
-    return accuracy.std(axis=-1) / accuracy.mean(axis=-1)
 
 
 float64_module(__name__)  # 64-bit types inside these functions only

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.precision import float64_module
+from weakspots.idealized.stagger import stagger_offsets
 from weakspots.idealized.xla import jit
 
 from .accuracy import needle_accuracy
@@ -196,7 +197,7 @@ def readout_accuracy(
     base = np.zeros(heads, int) if offsets is None else np.asarray(offsets, int)
     keep = np.ones(heads, bool) if keep is None else np.asarray(keep, bool)
     sees = np.ones(heads, bool) if sees_needle is None else np.asarray(sees_needle, bool)
-    shifts = np.arange(ensemble) * stride // ensemble
+    shifts = np.asarray(stagger_offsets(stride, ensemble))
     virtual_offsets = ((base[None] + shifts[:, None]) % stride)[:, keep].ravel()
     virtual = np.tile(w[keep], (ensemble, 1))
     virtual_gains = np.tile(gains[keep], ensemble)
@@ -276,9 +277,9 @@ def best_head_accuracy(pooling_weights, gain, chunks, dim, **variant):
     base = np.zeros(w.shape[0], int) if variant.get("offsets") is None else variant.pop("offsets")
     rows = [
         head_phase_accuracy(
-            w, gain, chunks, dim, offsets=np.asarray(base) + k * stride // ensemble, **variant
+            w, gain, chunks, dim, offsets=np.asarray(base) + shift, **variant
         )
-        for k in range(ensemble)
+        for shift in stagger_offsets(stride, ensemble)
     ]
     return np.max(np.concatenate(rows, axis=0), axis=0)
 

@@ -22,6 +22,8 @@
 
 import numpy as np
 
+from weakspots.idealized.stagger import stagger_offsets
+
 from .thresholds import growth_rate
 
 
@@ -32,11 +34,6 @@ def entropy_critical_weight(stride, chunks, gain, heads=1, loss="mse"):
     """
     lam = float(growth_rate(stride, chunks, gain, heads, loss))
     return max(heads * stride * lam, 0.0)
-
-
-def stagger_offsets(stride, heads):
-    """Head h's chunk-boundary shift h s // H (as idealized's --stagger). Returns (H,) ints."""
-    return np.arange(heads) * stride // heads
 
 
 def staggered_coverage(support, offsets):
@@ -73,7 +70,7 @@ def offset_ensemble_accuracy(accuracy, ensemble, dim=np.inf, chunks=None):
     """
     accuracy = np.asarray(accuracy, dtype=float)
     stride = accuracy.shape[0]
-    shifts = np.arange(ensemble) * stride // ensemble
+    shifts = stagger_offsets(stride, ensemble)
     shifted = np.stack([np.roll(accuracy, -k) for k in shifts])
     if np.isinf(dim):
         covered = np.any(shifted > (1.0 / chunks if chunks else 0.0) + 1e-12, axis=0)

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
         epilog=common.examples("weakspots bench --quick", "weakspots bench --json > bench.json"),
     )
     parser.add_argument(
-        "--quick", action="store_true", help="less work (about two minutes on 2 CPU cores)"
+        "--quick", action="store_true", help="less work (fewer steps and rounds per comparison)"
     )
     common.add_output_flags(parser)
     parser.set_defaults(handler=run)

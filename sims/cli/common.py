@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 from weakspots.idealized.config import LOSSES, OPERATORS, OPTIMIZERS, TrainConfig
-from weakspots.idealized.metrics import mean_interval, proportion_interval
+from weakspots.idealized.metrics import runs_interval
 
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"
@@ -255,13 +255,9 @@ def interval(name: str, values, samples: int | None = None) -> dict:
     cut to its range. Returns `{"mean", "ci": [lo, hi] or None, "values"}`.
     """
     values = [float(v) for v in values]
-    if "accuracy" in name and samples is not None:
-        mean, lo, hi = proportion_interval(values, samples)
-    else:
-        low, high = (
-            (0.0, 1.0) if "accuracy" in name else STAT_RANGE.get(name, (-math.inf, math.inf))
-        )
-        mean, lo, hi = mean_interval(values, low, high)
+    accuracy = "accuracy" in name
+    low, high = (0.0, 1.0) if accuracy else STAT_RANGE.get(name, (-math.inf, math.inf))
+    mean, lo, hi = runs_interval(values, low, high, samples if accuracy else None)
     ci = None if math.isnan(lo) else [lo, hi]
     return {"mean": mean, "ci": ci, "values": values}
 

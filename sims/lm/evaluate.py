@@ -138,17 +138,6 @@ def evaluate_many(
     return np.asarray(_outcomes(config, params, rows, index, runs))[:, :total]
 
 
-def wilson(hits: np.ndarray, samples: np.ndarray) -> np.ndarray:
-    """95% Wilson intervals `(..., 2)` for `hits / samples`, each with its own sample count."""
-    hits, samples = np.asarray(hits, np.float64), np.asarray(samples, np.float64)
-    return np.stack(
-        [
-            metrics.wilson_interval(h / n, int(n))
-            for h, n in zip(hits.ravel(), samples.ravel(), strict=True)
-        ]
-    ).reshape(*hits.shape, 2)
-
-
 def seed_intervals(per_seed, samples) -> np.ndarray:
     """95% intervals `(G, 2)` for the mean over seeds of per-seed accuracies `(R, G)`, each
     seed's on `samples[g]` sequences of group g: the seeds as clusters
@@ -187,8 +176,13 @@ def grouped(outcomes: np.ndarray, labels: np.ndarray, groups: int) -> dict:
     """Accuracy, samples and Wilson interval of `outcomes` per label in `range(groups)`."""
     samples = np.bincount(labels, minlength=groups)
     hits = np.bincount(labels, weights=outcomes.astype(np.float64), minlength=groups)
-    accuracy = hits / np.maximum(samples, 1)
-    return {"accuracy": accuracy, "samples": samples, "ci": wilson(hits, np.maximum(samples, 1))}
+    counts = np.maximum(samples, 1)
+    accuracy = hits / counts
+    return {
+        "accuracy": accuracy,
+        "samples": samples,
+        "ci": metrics.wilson_interval(accuracy, counts),
+    }
 
 
 def delta_max_noise_floor(

@@ -5,26 +5,18 @@ decoder (`idealized.decoder.Decoder`), measured on the evaluation set of
 `sims.lm.evaluate` (the same sequences for every run and every intervention, so each
 drop is paired with the intact model sequence by sequence):
 
-* parameter edits (`Intervention.kind`), applied to the parameter state: `ablate_head`
-  zeroes one head's rows of a layer's output projection (its contribution to the
-  residual stream); `ablate_layer` zeroes the whole projection, which removes the sliding
-  window (a sliding layer) or the compressed branch (a compressed layer with no local
-  window); `zero_position_bias` sets a compressor's learned per-phase parameters to their
-  uniform value (`softmax_pool`'s logits, `deepseek_v4`'s `ape`, `low_rank`'s
-  corrections); `roll_position_bias` moves each phase's parameters to the next phase
-  (`new[phi] = old[phi - 1]`), so a weak spot carried by the bias moves with it;
-* switches of the attention layer: `no_rope_compressed` (compressed keys not rotated to
-  their window start), `no_compressed_branch` and `no_local_window` (one branch of a
-  compressed layer with both switched off);
+* the edits of `sims.lm.edits` (a head or a layer ablated, the position bias zeroed or
+  rolled, RoPE or one branch of a compressed layer switched off), each applied to a copy
+  of the decoder;
 * activation patching (`patch_entries`): each evaluation sequence runs beside a copy of
   itself with the queried fact moved to another phase of the same value window (the
   "source" world; every other token identical), on one batch axis; the compressed
   entries of the windows either copy of the fact touches are copied from the source
-  world into the clean one before the query reads them.
+  world into the clean one before the query reads them (`edits.PatchEntries`).
 
-Parameter edits share one compiled program (a leading "world" axis of edited states);
-each switch compiles once. Statistics count the facts beyond the first query's
-uncompressed reach (`sims.lm.evaluate.query_reach`), as the phase metrics do; drops are
+Parameter edits share one compiled program (a leading "world" axis of edited states); an
+edit that changes the program compiles once. Statistics count the facts beyond the first
+query's uncompressed reach (`sims.lm.evaluate.query_reach`), as the phase metrics do; drops are
 `clean - intervened` accuracy with 95% normal intervals on the paired per-sequence
 differences, outcomes pooled over seeds (per-seed drops beside them). Accuracies (intact and
 intervened) carry intervals with the seeds as clusters (`evaluate.clustered`). Every run is
@@ -36,7 +28,6 @@ the share of the noise that the sequences themselves carry (common to every seed
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from functools import partial
 
@@ -45,11 +36,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized.attention import AbstractCompressor
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.metrics import WILSON_Z95
+from weakspots.idealized.metrics import paired_interval
 from weakspots.idealized.recall import RecallBatch, placed_batch
+from weakspots.idealized.stagger import stagger_offsets
+from weakspots.sims.lm import edits
+from weakspots.sims.lm.edits import Edit, apply_edits
 from weakspots.sims.lm.evaluate import (
     EVAL_CHUNK,
     clustered,
@@ -58,195 +51,52 @@ from weakspots.sims.lm.evaluate import (
     query_reach,
     value_starts,
 )
-from weakspots.sims.lm.train import graphdef, jit, merge
+from weakspots.sims.lm.train import first_query_hits, graphdef, jit, merge
 from weakspots.sims.progress import Progress
 
-PARAMETER_EDITS = ("ablate_head", "ablate_layer", "zero_position_bias", "roll_position_bias")
-SWITCHES = ("no_rope_compressed", "no_compressed_branch", "no_local_window")
-KINDS = PARAMETER_EDITS + SWITCHES
-POSITION_PARAMETERS = {  # operator -> (parameter names, the phase axis counted from the right)
-    "softmax_pool": (("pooling_logits",), -1),
-    "deepseek_v4": (("ape",), -2),
-    "low_rank": (("left", "right"), -3),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Intervention:
-    """One causal intervention: its `kind` (`KINDS`), the layer it edits, and a head where one applies."""
-
-    kind: str
-    layer: int
-    head: int | None = None
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown intervention {self.kind!r}; one of {', '.join(KINDS)}")
-        if (self.kind == "ablate_head") != (self.head is not None):
-            raise ValueError("a head is given for ablate_head, and only for it")
-
-    @property
-    def name(self) -> str:
-        head = f" head {self.head}" if self.head is not None else ""
-        return f"{self.kind} layer {self.layer}{head}"
-
-
-# ----------------------------------------------------------------------------- surgery
-
-
-def _attention(model: Decoder, layer: int):
-    return model.blocks[layer].attention
-
-
-def _edit_parameters(model: Decoder, intervention: Intervention, operator: str) -> None:
-    """Apply a parameter edit in place (arrays may carry leading run axes)."""
-    attention = _attention(model, intervention.layer)
-    if intervention.kind in ("ablate_head", "ablate_layer"):
-        kernel = attention.out.kernel
-        rows = slice(None)
-        if intervention.kind == "ablate_head":
-            width = attention.head_dim
-            rows = slice(intervention.head * width, (intervention.head + 1) * width)
-        kernel[...] = kernel[...].at[..., rows, :].set(0.0)
-        return
-    names, axis = POSITION_PARAMETERS[operator]
-    for name in names:
-        param = getattr(attention.compressor, name)
-        if intervention.kind == "zero_position_bias":
-            if name != "right":  # low_rank: left = 0 leaves P_j = I / s (mean pooling)
-                param[...] = jnp.zeros_like(param[...])
-        else:
-            param[...] = jnp.roll(param[...], 1, axis=axis)
-
-
-def _switch(model: Decoder, intervention: Intervention) -> None:
-    attention = _attention(model, intervention.layer)
-    if intervention.kind == "no_rope_compressed":
-        attention.rope_compressed = False
-    elif intervention.kind == "no_compressed_branch":
-        attention.use_compressed = False
-    else:
-        attention.local_window = 0
-
-
-def applies(config: LMConfig, intervention: Intervention) -> bool:
-    """Whether `intervention` means something for this design (e.g. a bias needs a learned one)."""
-    kinds = config.layer_kinds
-    if not 0 <= intervention.layer < len(kinds):
-        return False
-    kind = kinds[intervention.layer]
-    compressed = kind == "compressed" and config.operator != "none"
-    match intervention.kind:
-        case "ablate_head":
-            return 0 <= intervention.head < config.heads
-        case "ablate_layer":
-            return True
-        case "zero_position_bias" | "roll_position_bias":
-            return compressed and config.operator in POSITION_PARAMETERS
-        case "no_rope_compressed":
-            return compressed and config.rope_dim > 0
-        case "no_compressed_branch" | "no_local_window":
-            return compressed and config.local_window > 0
-    return False
-
-
-def edited_parameters(
-    config: LMConfig, params: nnx.State, intervention: Intervention | None
-) -> nnx.State:
-    """The parameter state after a parameter edit (`PARAMETER_EDITS`; None: unchanged).
+def edited_parameters(config: LMConfig, params: nnx.State, edit: Edit | None) -> nnx.State:
+    """The parameter state after a parameter edit (`edit.changes_program` False; None: unchanged).
 
     `params` may be stacked over runs (leading axes); the edit acts on every run.
     """
-    if intervention is None:
+    if edit is None:
         return params
-    if intervention.kind not in PARAMETER_EDITS:
-        raise ValueError(f"{intervention.kind} is a switch, not a parameter edit")
-    copy = jax.tree.map(lambda x: x, params)  # merge shares Variables with the state it reads
-    model = nnx.merge(graphdef(config.decoder), copy)
-    _edit_parameters(model, intervention, config.operator)
-    return nnx.split(model)[1]
+    if edit.changes_program:
+        raise ValueError(f"{edit.kind} changes the program, not only parameter values")
+    return nnx.split(edit.apply(nnx.merge(graphdef(config.decoder), params)))[1]
 
 
-def component_interventions(config: LMConfig) -> list[Intervention]:
-    """Every component intervention that applies to the design, layer by layer.
+def component_interventions(config: LMConfig) -> list[Edit]:
+    """Every component edit that applies to the design, layer by layer.
 
-    Sliding layers: removed (`ablate_layer`). Compressed layers: the compressed branch
-    removed (`ablate_layer` without a local window, else `no_compressed_branch`, and
-    `no_local_window`), RoPE off the compressed keys, the learned position bias zeroed and
+    Sliding layers: removed (`AblateLayer`). Compressed layers: the compressed branch
+    removed (`AblateLayer` without a local window, else `NoCompressedBranch`, and
+    `NoLocalWindow`), RoPE off the compressed keys, the learned position bias zeroed and
     rolled. Dense layers: removed.
     """
-    out = []
+    out: list[Edit] = []
     for layer, kind in enumerate(config.layer_kinds):
         if kind != "compressed" or config.operator == "none":
-            out.append(Intervention("ablate_layer", layer))
+            out.append(edits.AblateLayer(layer))
             continue
         candidates = [
-            Intervention("no_compressed_branch", layer)
-            if config.local_window
-            else Intervention("ablate_layer", layer),
-            Intervention("no_local_window", layer),
-            Intervention("no_rope_compressed", layer),
-            Intervention("zero_position_bias", layer),
-            Intervention("roll_position_bias", layer),
+            edits.NoCompressedBranch(layer) if config.local_window else edits.AblateLayer(layer),
+            edits.NoLocalWindow(layer),
+            edits.NoRopeCompressed(layer),
+            edits.ZeroPositionBias(layer),
+            edits.RollPositionBias(layer),
         ]
-        out.extend(i for i in candidates if applies(config, i))
+        out.extend(e for e in candidates if e.applies(config))
     return out
-
-
-def component_name(config: LMConfig, intervention: Intervention) -> str:
-    """A reader's name: `remove sliding window (layer 0)`, `zero position bias (layer 1)`, ..."""
-    kind = config.layer_kinds[intervention.layer]
-    names = {
-        "ablate_layer": {
-            "sliding": "remove sliding window",
-            "dense": "remove dense layer",
-            "compressed": "remove compressed branch"
-            if config.operator != "none"
-            else "remove dense layer",
-        }[kind],
-        "no_compressed_branch": "remove compressed branch",
-        "no_local_window": "remove local window",
-        "no_rope_compressed": "remove RoPE from compressed keys",
-        "zero_position_bias": "zero position bias",
-        "roll_position_bias": "roll position bias by one phase",
-    }
-    if intervention.kind == "ablate_head":
-        return f"ablate layer {intervention.layer} head {intervention.head}"
-    return f"{names[intervention.kind]} (layer {intervention.layer})"
-
-
-class PatchedEntries(AbstractCompressor):
-    """A compressor over two worlds on one batch axis: rows `[0, B)` clean, `[B, 2B)` their sources.
-
-    Entries of the clean rows at the windows marked in `windows` `(B, C)` are replaced by
-    the source rows' entries of the same windows; the source rows pass unchanged.
-    """
-
-    def __init__(self, inner: AbstractCompressor, windows):
-        self.inner, self.stride, self.windows = inner, inner.stride, windows
-
-    def __call__(self, x, keys, values):
-        entries = self.inner(x, keys, values)
-        rows = self.windows.shape[0]
-        mask = self.windows[:, :, None, None]
-
-        def patch(e):
-            clean, source = e[:rows], e[rows:]
-            return jnp.concatenate([jnp.where(mask, source, clean), source], axis=0)
-
-        return tuple(patch(e) for e in entries)
-
-    def pooling_weights(self):
-        return self.inner.pooling_weights()
 
 
 # ----------------------------------------------------------------------------- evaluation
 
 
 def first_query_correct(model: Decoder, batch: RecallBatch) -> jax.Array:
-    """Per sequence `(B,)`: every value token of the first query predicted (argmax)."""
-    hit = jnp.argmax(model(batch.tokens), axis=-1) == batch.targets
-    return jnp.all(hit | ~batch.first_query, axis=-1)
+    """Per sequence `(B,)`: every value token of the first query predicted (argmax) by `model`
+    reading the whole sequence (`sims.lm.train.first_query_hits`)."""
+    return first_query_hits(model(batch.tokens), batch.targets, batch.first_query)
 
 
 def evaluation_key(config: LMConfig, index):
@@ -256,7 +106,8 @@ def evaluation_key(config: LMConfig, index):
 
 @partial(jit, static_argnums=(0, 1))
 def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts, index):
-    """Outcomes `(W, R, K * chunk)` of W edited states of R runs, after the switches.
+    """Outcomes `(W, R, K * chunk)` of W edited states of R runs, after the edits `switches`
+    that change the program.
 
     Worlds and runs share one vmapped axis of `W * R` states. Two nested vmaps would give
     the per-head pooling of the compressed layer rank-7 intermediates
@@ -269,9 +120,7 @@ def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts
     states = jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), worlds)
 
     def per_run(params):
-        model = merge(config.decoder, params)
-        for intervention in switches:
-            _switch(model, intervention)
+        model = apply_edits(merge(config.decoder, params), switches)
 
         def chunk(args):
             rows, i = args
@@ -297,9 +146,7 @@ def _patched_outcomes(
             clean = placed_batch(key, config.task, rows)
             source = placed_batch(key, config.task, source_rows)  # same draws, fact moved
             both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), clean, source)
-            model = merge(config.decoder, run_params)
-            attention = _attention(model, layer)
-            attention.compressor = PatchedEntries(attention.compressor, patch)
+            model = edits.PatchEntries(layer, patch).apply(merge(config.decoder, run_params))
             correct = first_query_correct(model, both)
             return correct[: rows.shape[0]], correct[rows.shape[0] :]
 
@@ -355,25 +202,25 @@ def evaluation_rows(config: LMConfig) -> Rows:
 def world_outcomes(
     config: LMConfig,
     params: nnx.State,
-    interventions: Sequence[Intervention | None],
+    interventions: Sequence[Edit | None],
     rows: Rows | None = None,
 ) -> np.ndarray:
-    """Outcomes `(len(interventions), R, K * chunk)` of stacked runs under each intervention.
+    """Outcomes `(len(interventions), R, K * chunk)` of stacked runs under each edit.
 
     `params`: parameter states stacked over R runs of `config.static`. None in
     `interventions` is the intact model. Parameter edits run as worlds of one program;
-    each switch runs on its own.
+    each edit that changes the program runs on its own.
     """
     config = config.static
     rows = rows or evaluation_rows(config)
     starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
     out: list[np.ndarray | None] = [None] * len(interventions)
-    edits = [i for i, v in enumerate(interventions) if v is None or v.kind in PARAMETER_EDITS]
-    if edits:
-        states = [edited_parameters(config, params, interventions[i]) for i in edits]
+    batched = [i for i, v in enumerate(interventions) if v is None or not v.changes_program]
+    if batched:
+        states = [edited_parameters(config, params, interventions[i]) for i in batched]
         worlds = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
         outcomes = np.asarray(_world_outcomes(config, (), worlds, starts, index))
-        for j, i in enumerate(edits):
+        for j, i in enumerate(batched):
             out[i] = outcomes[j]
     for i, intervention in enumerate(interventions):
         if out[i] is None:
@@ -384,12 +231,8 @@ def world_outcomes(
 
 def paired_drop(clean: np.ndarray, intervened: np.ndarray) -> tuple[float, list[float]]:
     """Mean of `clean - intervened` (0/1 outcomes, paired) and its 95% normal interval."""
-    diff = clean.astype(np.float64) - intervened.astype(np.float64)
-    mean = float(diff.mean()) if diff.size else math.nan
-    if diff.size < 2:
-        return mean, [mean, mean]
-    half = WILSON_Z95 * float(diff.std(ddof=1)) / math.sqrt(diff.size)
-    return mean, [mean - half, mean + half]
+    mean, lo, hi = paired_interval(clean.astype(np.float64) - intervened.astype(np.float64))
+    return mean, [lo, hi]
 
 
 def phase_drops(clean: np.ndarray, intervened: np.ndarray, phase: np.ndarray, stride: int) -> dict:
@@ -540,17 +383,11 @@ def _offset_outcomes(config: LMConfig, offsets: tuple, params: nnx.State, starts
             rows, i = args
             batch = placed_batch(evaluation_key(config, i), config.task, rows)
             logp = shifted_log_probs(model, batch.tokens, offsets, config.stride)
-            hit = jnp.argmax(logp, axis=-1) == batch.targets
-            return jnp.all(hit | ~batch.first_query, axis=-1)
+            return first_query_hits(logp, batch.targets, batch.first_query)
 
         return jax.lax.map(chunk, (starts, index)).reshape(-1)
 
     return jax.vmap(per_run)(params)
-
-
-def ensemble_offsets(stride: int, ensemble: int) -> tuple[int, ...]:
-    """The shifts `k s // K` of an offset ensemble of K chunkings (as `theory.mitigations`)."""
-    return tuple(k * stride // ensemble for k in range(ensemble))
 
 
 def offset_ensemble(
@@ -568,7 +405,7 @@ def offset_ensemble(
     config = config.static
     rows = rows or evaluation_rows(config)
     s = config.stride
-    offsets = ensemble_offsets(s, ensemble)
+    offsets = stagger_offsets(s, ensemble)
     starts, index = jnp.asarray(rows.starts), jnp.asarray(rows.index)
     clean = world_outcomes(config, params, [None], rows)[0]
     out = np.asarray(_offset_outcomes(config, offsets, params, starts, index))
@@ -599,17 +436,15 @@ def ablate_lm(
     rows = evaluation_rows(config)
     s, layers, heads = config.stride, config.layers, config.heads
     phase = np.where(rows.far, rows.value_start % s, -1)
-    heads_list = [
-        Intervention("ablate_head", layer, h) for layer in range(layers) for h in range(heads)
-    ]
+    heads_list = [edits.AblateHead(layer, h) for layer in range(layers) for h in range(heads)]
     components = component_interventions(config)
     planned = [None, *heads_list, *components]
     compressed = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
     do_patch = patch and config.compressed and bool(compressed)
     if progress is not None and progress.total is None:
         progress.plan(2 + len(components) + int(do_patch), warmups=2 + len(components))
-    edits = [i for i in planned if i is None or i.kind in PARAMETER_EDITS]
-    outcomes = dict(zip(edits, world_outcomes(config, params, edits, rows), strict=True))
+    batched = [i for i in planned if i is None or not i.changes_program]
+    outcomes = dict(zip(batched, world_outcomes(config, params, batched, rows), strict=True))
     if progress is not None:
         progress.update(2, warmup=True)
     for intervention in planned:
@@ -655,7 +490,7 @@ def ablate_lm(
         "effect_per_seed": effect_seed.tolist(),
         "components": [
             {
-                "name": component_name(config, item),
+                "name": item.describe(config),
                 "kind": item.kind,
                 "layer": item.layer,
                 **phase_drops(clean, outcomes[item], phase, s),
@@ -674,18 +509,10 @@ def ablate_lm(
 
 
 __all__ = [
-    "KINDS",
-    "PARAMETER_EDITS",
-    "SWITCHES",
-    "Intervention",
-    "PatchedEntries",
     "Rows",
     "ablate_lm",
-    "applies",
     "component_interventions",
-    "component_name",
     "edited_parameters",
-    "ensemble_offsets",
     "evaluation_key",
     "evaluation_rows",
     "first_query_correct",

@@ -313,17 +313,3 @@ def shown_by(found: dict) -> str:
             f"patching its entries from the best phase restores {patch['restored']:.0%} of the gap"
         )
     return "; ".join(parts) if parts else "no intervention or task variant accounts for it"
-
-
-def head_selectivity(report: dict) -> list[list[float]]:
-    """Per layer and head, `1 - entropy / log s` of its positive ablation drops over phases.
-
-    0 when an ablation hurts every phase alike, 1 when it hurts one phase only (as
-    `sims.analysis`'s effect specialisation for the toy).
-    """
-    effect = np.clip(np.asarray(report["effect"], np.float64), 0.0, None)
-    total = effect.sum(axis=-1, keepdims=True)
-    shares = np.divide(effect, total, out=np.zeros_like(effect), where=total > 0)
-    return np.where(
-        total[..., 0] > 0, metrics.specialization_index(shares + (total == 0)), 0.0
-    ).tolist()

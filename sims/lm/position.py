@@ -84,21 +84,3 @@ def clustered_pooled(report: dict) -> dict:
         "phase_accuracy_per_seed": per_seed.tolist(),
         "interval": "seed clusters, one evaluation set shared by the seeds",
     }
-
-
-def from_reports(compressed: dict, dense: dict) -> dict:
-    """`run`'s result shape from two saved `weakspots lm train --seeds K --json` reports, the
-    pooled statistics with the seeds as clusters (`clustered_pooled`)."""
-    designs = {}
-    for name, report in (("compressed", compressed), ("dense", dense)):
-        designs[name] = {
-            "config": report["config"],
-            "seeds": report["seeds"],
-            "pooled": clustered_pooled(report),
-            "phase_accuracy": report["phase_accuracy"],
-            "delta_max": report["delta_max"],
-            "seed_spread": report["seed_spread"],
-            "final_loss": report["final_loss"],
-            "wall_seconds": float(sum(report["wall_seconds"])),
-        }
-    return {"size": "reports", "designs": designs}

@@ -8,8 +8,8 @@ attention margins, the evidence and verdict of `mechanism`, the noise floor of i
 
 Sizes: `tiny` trains tiny decoders (for tests of the pipeline); `quick` reads the reports
 recorded in `sims/lm/runs/ablate_<name>.json` (each holds its config and seeds; the command
-is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since the designs take
-minutes each on two CPU cores; `full` retrains every design and measures it again
+is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since training the designs
+is the costly part; `full` retrains every design and measures it again
 (trained decoders are kept in the `sims.lm.checkpoint` cache).
 
 Statistics: a report's intervals and noise floor take the seeds as clusters where it holds
@@ -53,14 +53,15 @@ DESIGNS: dict[str, dict] = {
     "softmax_s8_wd": dict(_RUN, stride=8, operator="softmax_pool", weight_decay=0.1),
 }
 """Design name -> `LMConfig` fields (each trained with seeds 0 and 1)."""
-PATCHED = (
+PATCHING_DESIGNS = (
     "mean_s8",
     "softmax_s8",
     "dsv4_s8",
     "mean_s8_k3",
     "mean_s4_p8",
     "mean_s8_p8",
-)  # the rest: --no-patch
+)
+"""The designs measured with activation patching (`patch_entries`); the rest with `--no-patch`."""
 ENSEMBLES = (2, 4)  # offset-ensemble sizes K of the mitigation study
 TINY = dict(
     seq_len=40, pairs=4, key_vocab=16, value_vocab=8, filler_vocab=4, d_model=16, heads=2,
@@ -89,17 +90,17 @@ def report(
     out = ablate_lm(config, params, patch=patch, progress=progress)
     out["config"] = config.asdict()
     out["margins"] = mechanism.attention_margins(config, params)
-    return derived(judged(config, out))
+    return with_noise_floor_and_support(with_verdict(config, out))
 
 
-def judged(config: LMConfig, out: dict) -> dict:
+def with_verdict(config: LMConfig, out: dict) -> dict:
     """`out` with the `evidence` of `sims.lm.mechanism`, its `verdict` and `shown_by` added."""
     found = mechanism.evidence(config, out)
     out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
     return out
 
 
-def derived(out: dict) -> dict:
+def with_noise_floor_and_support(out: dict) -> dict:
     """`out` with the quantities derived from a report's own numbers added: the 95% noise
     floor of its `delta_max` (`evaluate.report_noise_floor`: seeds as clusters where the report
     holds `phase_accuracy_per_seed`, else pooled), `interval` (how its intervals were made) and
@@ -138,7 +139,7 @@ def measure(name: str, size: str) -> dict:
     (memoised: experiments that share a design measure it once per process)."""
     base = config(name, size)
     params = stacked_params(trained_runs(base, size))
-    out = report(base, params, patch=name in PATCHED)
+    out = report(base, params, patch=name in PATCHING_DESIGNS)
     out["seeds"] = list(range(seeds_of(size)))
     return out
 
@@ -162,7 +163,7 @@ def recorded(name: str) -> dict:
     if not _same_config(out["config"], design):
         changed = sorted(k for k in expected if out["config"].get(k) != expected[k])
         raise ValueError(f"{path} records another config (fields {', '.join(changed)})")
-    return derived(judged(design, out))  # judged by today's rules
+    return with_noise_floor_and_support(with_verdict(design, out))  # judged by today's rules
 
 
 def rerecorded(name: str) -> dict | None:
@@ -176,7 +177,7 @@ def rerecorded(name: str) -> dict | None:
     design = config(name, "full")
     if not _same_config(out["config"], design):
         raise ValueError(f"{path} records another config")
-    return derived(judged(design, out))
+    return with_noise_floor_and_support(with_verdict(design, out))
 
 
 def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:

@@ -137,9 +137,19 @@ def _loss(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
     return jnp.sum(losses * weights) / jnp.sum(weights)
 
 
+def first_query_hits(logits: Array, targets: Array, first_query: Array) -> Array:
+    """Per sequence `(B,)`: every value token of the first query predicted (argmax).
+
+    `logits` `(B, T', V)`, `targets` and `first_query` `(B, T')` on the same positions.
+    """
+    hit = jnp.argmax(logits, axis=-1) == targets
+    return jnp.all(hit | ~first_query, axis=-1)
+
+
 def _first_query_correct(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
-    hit = jnp.argmax(logits, axis=-1) == _query_part(config, batch.targets)
-    return jnp.all(hit | ~_query_part(config, batch.first_query), axis=-1)
+    return first_query_hits(
+        logits, _query_part(config, batch.targets), _query_part(config, batch.first_query)
+    )
 
 
 def sequence_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
@@ -441,6 +451,7 @@ __all__ = [
     "LMState",
     "advance",
     "first_query_correct",
+    "first_query_hits",
     "graphdef",
     "held_out_recall",
     "indexer_recall",

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.check import FALSE_ALARM, mean_half_width, normal_half_width
+from weakspots.sims.experiments.measure import FALSE_ALARM, mean_half_width, normal_half_width
 from weakspots.sims.cli import check as check_cli
 from weakspots.sims.cli import main
 from weakspots.sims.experiments import (

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import monte_carlo_accuracy
+from weakspots.sims.experiments.measure import monte_carlo_accuracy
 from weakspots.sims.experiments import BUDGETS, Budget, Experiment, Row, evaluate
 
 STRIDE, DIM, GAIN = 8, 64, 16.0

@@ -1,4 +1,4 @@
-"""Setups only tests use, built on the experiments' own measurements (`sims.experiments.measure`)."""
+"""Setups only tests use, built on the experiments' measurements (`sims.experiments.measure`)."""
 
 from __future__ import annotations
 

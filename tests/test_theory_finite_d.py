@@ -106,7 +106,7 @@ def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
     fields = dict(stride=S, chunks=N, gain=GAIN, t1=100.0, saves=3, rtol=1e-7)
     configs = [FlowConfig(dim=d, **fields) for d in (64, 10_000_000)]
     corrected = stack(solve_many(configs, starts=jnp.repeat(start, 2, axis=0)))
-    # d = inf reference: sims.experiments.measure's numpy RK4 of the reduced flow (no diffrax, no autodiff)
+    # d = inf reference: measure's numpy RK4 of the reduced flow (no diffrax, no autodiff)
     plain = rk4(np.asarray(start[0]), np.array([GAIN]), float(N), np.linspace(0, 100.0, 3), 0.05)
     plain = jax.nn.softmax(plain, axis=-1)
     np.testing.assert_allclose(corrected.pooling_weights[1], plain, atol=1e-4)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.experiments.measure import CHUNKS, GAIN, STRIDE, monte_carlo_accuracy, normal_half_width
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import monte_carlo_accuracy, normal_half_width
 
 CASES = (("uniform", 8), ("3-phase", 3))  # (label, support size k of equal weights)
 DIM = 64

@@ -4,8 +4,8 @@ The canonical config is `TrainConfig()`'s defaults (stride 8, 64 chunks, d = 64,
 SGD lr 2, batch 256, 600 steps, so gradient-flow time t = lr x steps = 1200); `STRIDE`,
 `CHUNKS`, `DIM`, `GAIN` are read from it. `Training` is how long SGD runs train and are
 evaluated at a size (`TRAINING`), shared by every experiment so that their runs coincide.
-`train` is the SGD run memo shared by experiments; `base_flow` and `solve_from` set up and solve reduced flows from given
-starts (`sims.flow.solve_many`: one compiled program per flow structure).
+`train` is the SGD run memo shared by experiments; `base_flow` and `solve_from` set up and
+solve reduced flows from given starts (`sims.flow.solve_many`: one compiled program per flow structure).
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.canonical import train
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 # (stride, chunks, dim, gain, lr, steps), batch 256: uniform pooling linearly stable at d
 # (lambda_d < 0), a lower (s-1)-phase state past a saddle 0.5 to 5 temperatures up, where

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.sims.experiments.measure import flows_from_the_trainers_start, reduced_weights
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import flows_from_the_trainers_start, reduced_weights
 
 CORRECTED_DIM = 256
 # An allowance, not derived: the slope is fitted to a few dims, and each distance carries

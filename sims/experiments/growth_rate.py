@@ -9,7 +9,6 @@ import math
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.experiments.measure import mode_norms, order_parameter
 from weakspots.sims.experiments.canonical import (
     GAIN,
     STRIDE,
@@ -18,6 +17,7 @@ from weakspots.sims.experiments.canonical import (
     solve_from,
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import mode_norms, order_parameter
 
 
 @dataclass(frozen=True)

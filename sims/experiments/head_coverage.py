@@ -6,9 +6,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import CHUNKS, GAIN, STRIDE, normal_half_width
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 HEADS = 2
 STARTS = 8  # flows, at init scales spread over 1e-4 .. 0.3

@@ -9,7 +9,6 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.metrics import specialization_index, support_size
-from weakspots.sims.experiments.measure import order_parameter
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     EVENT_LEVEL,
@@ -19,6 +18,7 @@ from weakspots.sims.experiments.canonical import (
     solve_from,
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import order_parameter
 from weakspots.theory.gain import race_exponent
 
 INIT_SCALE = 0.01  # the flows' initial pooling logits: INIT_SCALE * N(0, 1)

@@ -8,9 +8,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.canonical import random_starts, solve_from
-from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.experiment import SIZE_NAMES, Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 STRIDE, CHUNKS, WEIGHT_DECAY, INIT_SCALE, T_END = 6, 40, 2e-3, 0.01, 2e5
 GAIN_RTOL = 1e-3  # the flows and the law's ladder reach the same fixed point: solver tolerance
@@ -25,9 +25,8 @@ class Size:
 
 
 SIZES = {
-    "tiny": Size(flows=8, law_samples=32),
-    "quick": Size(flows=16, law_samples=64),
-    "full": Size(flows=128, law_samples=512),
+    name: Size(flows, law_samples)
+    for name, flows, law_samples in zip(SIZE_NAMES, (8, 16, 128), (32, 64, 512), strict=True)
 }
 
 

@@ -7,9 +7,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import STRIDE, fitted_rates
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
+from weakspots.sims.experiments.canonical import STRIDE, keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import fitted_rates
 
 # Per loss: (key seed, chunks, gains, start scale, atol, configs shown as rows).
 CASES = {

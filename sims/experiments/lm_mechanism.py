@@ -217,6 +217,12 @@ def tables(results: dict, predictions: dict) -> list[Table]:
 
 
 EXPERIMENT = Experiment(
-    "lm_mechanism", run, predict, rows, sizes=sizes_by_name(), version=2, drawn=True,
+    "lm_mechanism",
+    run,
+    predict,
+    rows,
+    sizes=sizes_by_name(),
+    version=2,
+    drawn=True,
     tables=tables,
 )

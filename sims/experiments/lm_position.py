@@ -62,7 +62,8 @@ SIZES = {
 
 
 def designs(size: Size) -> dict[str, LMConfig]:
-    """The compressed design (the `LMConfig` defaults: mean pooling, s = 4) and its dense control."""
+    """The compressed design (the `LMConfig` defaults: mean pooling, s = 4) and its dense
+    control."""
     base = LMConfig(**size.config)
     return {"compressed": base, "dense": base.replace(operator="none")}
 

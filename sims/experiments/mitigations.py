@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments.canonical import TRAINING, Training, base_config, train
-from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.experiment import SIZE_NAMES, Experiment, Row
 from weakspots.sims.interventions import MITIGATIONS, compare_mitigations, mitigation_configs
 
 
@@ -19,11 +19,7 @@ class Size:
     seeds: int
 
 
-SIZES = {
-    "tiny": Size(TRAINING["tiny"], seeds=1),
-    "quick": Size(TRAINING["quick"], seeds=2),
-    "full": Size(TRAINING["full"], seeds=8),
-}
+SIZES = {name: Size(TRAINING[name], n) for name, n in zip(SIZE_NAMES, (1, 2, 8), strict=True)}
 
 
 def two_heads(size: Size) -> TrainConfig:

@@ -8,18 +8,10 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.measure import normal_half_width
-from weakspots.sims.experiments.canonical import (
-    CHUNKS,
-    DIM,
-    GAIN,
-    STRIDE,
-    TRAINING,
-    Training,
-    base_config,
-    train,
-)
+from weakspots.sims.experiments import canonical
+from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.uniform_state import predicted_support
 from weakspots.sims.interventions import compare_operators, operator_configs
 
@@ -32,16 +24,16 @@ class Size:
     """SGD training and seeds per operator, whether the real-key operators are trained, and
     isotropic directions for the support-size prediction."""
 
-    training: Training
+    training: canonical.Training
     seeds: int
     real_keys: bool
     support_samples: int
 
 
 SIZES = {
-    "tiny": Size(TRAINING["tiny"], seeds=1, real_keys=False, support_samples=8),
-    "quick": Size(TRAINING["quick"], seeds=2, real_keys=False, support_samples=32),
-    "full": Size(TRAINING["full"], seeds=8, real_keys=True, support_samples=256),
+    "tiny": Size(canonical.TRAINING["tiny"], seeds=1, real_keys=False, support_samples=8),
+    "quick": Size(canonical.TRAINING["quick"], seeds=2, real_keys=False, support_samples=32),
+    "full": Size(canonical.TRAINING["full"], seeds=8, real_keys=True, support_samples=256),
 }
 
 

@@ -10,7 +10,6 @@ from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
-from weakspots.sims.experiments.measure import most_common
 from weakspots.sims.experiments.canonical import (
     TRAINING,
     CHUNKS,
@@ -24,6 +23,7 @@ from weakspots.sims.experiments.canonical import (
     train,
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import most_common
 from weakspots.sims.experiments.uniform_state import predicted_support
 
 POOLING_INIT = 0.3

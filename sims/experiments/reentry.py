@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from weakspots import theory
-from weakspots.sims.experiments.measure import CHUNKS, REENTRY_CASES, REENTRY_RTOL, STRIDE, reentry_slopes
+from weakspots.sims.experiments.canonical import CHUNKS, STRIDE
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import REENTRY_CASES, REENTRY_RTOL, reentry_slopes
 
 SHOWN = (0, 3)  # kappa > 0 (re-enters) and kappa < 0 (decays as 1/t)
 DROPPED_WEIGHT = 1e-4

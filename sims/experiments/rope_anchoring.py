@@ -12,16 +12,8 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import harmonic_spectrum
-from weakspots.sims.experiments.canonical import (
-    CHUNKS,
-    DIM,
-    GAIN,
-    STRIDE,
-    TRAINING,
-    Training,
-    base_config,
-    train,
-)
+from weakspots.sims.experiments import canonical
+from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.interventions import predicted_phase_accuracy
 from weakspots.sims.train import Hyper, evaluate, init
@@ -34,14 +26,14 @@ ROPE_DIM = 64
 class Size:
     """SGD training, and whether softmax pooling is trained on the real keys RoPE needs."""
 
-    training: Training
+    training: canonical.Training
     real_keys: bool
 
 
 SIZES = {
-    "tiny": Size(TRAINING["tiny"], real_keys=False),
-    "quick": Size(TRAINING["quick"], real_keys=False),
-    "full": Size(TRAINING["full"], real_keys=True),
+    "tiny": Size(canonical.TRAINING["tiny"], real_keys=False),
+    "quick": Size(canonical.TRAINING["quick"], real_keys=False),
+    "full": Size(canonical.TRAINING["full"], real_keys=True),
 }
 
 

@@ -8,9 +8,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.canonical import random_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 # (stride, chunks, gain, heads): s 4..16, N from just past N_c to 300, gain 8..32, H 1 and 2
 CONFIGS = (

@@ -9,9 +9,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.measure import order_parameter
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, train
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import order_parameter
 
 SCALES = tuple(float(a) for a in np.geomspace(1e-5, 0.3, 7))  # the reduced flow's init scales
 LEVEL = 0.25  # the specialisation event (theory.specialization_time)

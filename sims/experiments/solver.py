@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import CHUNKS, GAIN, STRIDE, rk4
-from weakspots.sims.experiments.canonical import solve_from
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row, no_difference
+from weakspots.sims.experiments.measure import rk4
 
 # Both solve one smooth ODE to t = 300: diffrax at rtol 1e-10, RK4 at step 0.05 (error
 # O(h^4) per unit time); the weights they give agree to their own truncation errors.

@@ -8,7 +8,6 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.measure import crossing_time, mean_half_width, order_parameter
 from weakspots.sims.experiments.canonical import (
     TRAINING,
     CHUNKS,
@@ -23,6 +22,7 @@ from weakspots.sims.experiments.canonical import (
     train,
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import crossing_time, mean_half_width, order_parameter
 
 
 @dataclass(frozen=True)

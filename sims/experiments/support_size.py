@@ -8,18 +8,10 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.measure import most_common
-from weakspots.sims.experiments.canonical import (
-    CHUNKS,
-    DIM,
-    GAIN,
-    STRIDE,
-    TRAINING,
-    Training,
-    base_config,
-    train,
-)
+from weakspots.sims.experiments import canonical
+from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import most_common
 from weakspots.sims.experiments.uniform_state import (
     metastable_uniform,
     predicted_support,
@@ -50,7 +42,7 @@ class Size:
     """SGD training and seeds per point, N at s = 8 and s at N = 64, isotropic directions
     for the d = inf support-size prediction."""
 
-    training: Training
+    training: canonical.Training
     seeds: int
     chunks_sweep: tuple[int, ...]
     stride_sweep: tuple[int, ...]
@@ -58,10 +50,13 @@ class Size:
 
 
 SIZES = {
-    "tiny": Size(TRAINING["tiny"], 1, (12, 64), (8,), support_samples=8),
-    "quick": Size(TRAINING["quick"], 2, (12, 24, 64, 256), (4, 8, 16), support_samples=32),
+    "tiny": Size(canonical.TRAINING["tiny"], 1, (12, 64), (8,), support_samples=8),
+    "quick": Size(
+        canonical.TRAINING["quick"], 2, (12, 24, 64, 256), (4, 8, 16), support_samples=32
+    ),
     "full": Size(
-        TRAINING["full"], 8, (12, 16, 20, 24, 32, 64, 128, 256), (4, 6, 8, 12, 16), support_samples=256
+        canonical.TRAINING["full"], 8, (12, 16, 20, 24, 32, 64, 128, 256), (4, 6, 8, 12, 16),
+        support_samples=256,
     ),
 }
 

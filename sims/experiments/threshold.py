@@ -8,9 +8,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import STRIDE, log_weights_centred
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
+from weakspots.sims.experiments.canonical import STRIDE, keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import log_weights_centred
 
 GAINS = (12.0, 16.0, 20.0, 24.0)
 SEARCHED = (2, 1024)  # the chunk counts bisected; the two ends must disagree

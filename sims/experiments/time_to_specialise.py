@@ -6,9 +6,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.experiments.measure import CHUNKS, GAIN, STRIDE, mean_half_width
-from weakspots.sims.experiments.canonical import solve_from
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import mean_half_width
 
 INIT_SCALES = (1e-6, 1e-4, 1e-2)
 STARTS = 8

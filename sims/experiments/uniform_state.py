@@ -33,7 +33,8 @@ def metastable_uniform(stride, chunks, admissible) -> bool:
 
 
 def uniform_escape(training: Training, stride: int, chunks: int) -> dict:
-    """P(a canonical SGD run of `training`'s steps has left the uniform well by the end of training), at d = DIM.
+    """P(a canonical SGD run of `training`'s steps has left the uniform well by its end), at
+    d = DIM.
 
     p_escape: theory.escape_fraction_discrete, the SGD recursion on L_d with the escape
     path's gradient noise (all zero-sum modes, discrete steps); p_passage: the 1-D

@@ -1,7 +1,7 @@
 """Paper figure (a), decoders trained from scratch: accuracy against the queried value's
 position, a compressed design beside its dense control on the same task and training.
 
-`configs(size)` lists the runs (seeds of one compressed design and of its dense control,
+`decoder_runs(size)` lists the runs (seeds of one compressed design and of its dense control,
 `--operator none`); `run(size)` trains them and returns plain JSON-able results, per design;
 `from_reports` gives the same shape from two saved `weakspots lm train --json` reports.
 
@@ -32,6 +32,7 @@ from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.lm.evaluate import phase_summary, seed_phase_statistics, seed_spread
 from weakspots.sims.lm.train import train_many
 from weakspots.sims.progress import Progress
+
 
 @dataclass(frozen=True)
 class Size:
@@ -68,17 +69,18 @@ def designs(size: Size) -> dict[str, LMConfig]:
     return {"compressed": base, "dense": base.replace(operator="none")}
 
 
-def configs(size: Size) -> list[LMConfig]:
-    """Every decoder run: `size.seeds` seeds of each design."""
+def decoder_runs(size: Size) -> list[LMConfig]:
+    """Every decoder run: `size.seeds` seeds of each design (trained by `run`, not declared
+    as `Experiment.configs`, which lists the toy's SGD runs)."""
     return [c.replace(seed=s) for c in designs(size).values() for s in range(size.seeds)]
 
 
 def run(size: Size, progress: Progress | None = None) -> dict:
-    """Train every run of `configs(size)`; pooled and per-seed per-phase results per design:
+    """Train every run of `decoder_runs(size)`; pooled and per-seed per-phase results per design:
     the outcomes pooled over seeds (`evaluate.phase_summary`: accuracy per position and per
     phase with the seeds as clusters, `delta_max`, its interval and its noise floor,
     straddling) and each seed's phase accuracy."""
-    results = train_many(configs(size), progress=progress)
+    results = train_many(decoder_runs(size), progress=progress)
     out = {"size": size.name, "designs": {}}
     for name, config in designs(size).items():
         mine = [r for r in results if r.config.static == config.static]

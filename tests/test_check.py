@@ -20,6 +20,7 @@ from weakspots.sims.experiments import (
     phase_diagram,
     threshold,
 )
+from weakspots.sims.experiments.experiment import stored
 from weakspots.sims.experiments.measure import FALSE_ALARM, mean_half_width, normal_half_width
 
 KEYS = {
@@ -71,6 +72,28 @@ def test_registry_names_are_unique_and_rows_typed():
     assert len(names) == len(set(names))
     assert all(isinstance(e, Experiment) for e in EXPERIMENTS)
     assert set(KINDS) == {"prediction", "consistency", "fit"}
+
+
+def test_each_experiment_runs_at_its_own_size_and_the_store_keeps_sizes_and_versions_apart(
+    tmp_path,
+):
+    sized = Experiment(
+        "sized",
+        lambda needles: {"needles": needles},
+        lambda needles, results: {"needles": needles},
+        lambda results, predictions: [],
+        sizes={"tiny": 10, "quick": 20, "full": 30},
+    )
+    assert evaluate(sized, "quick", tmp_path).results == {"needles": 20}
+    assert stored(tmp_path, "run", sized, "quick")
+    assert not stored(tmp_path, "run", sized, "tiny")
+    assert not stored(tmp_path, "run", sized.replace(version=2), "quick")
+    # the record is part of the key: changing a size's settings recomputes it
+    assert not stored(tmp_path, "run", sized.replace(sizes={**sized.sizes, "quick": 21}), "quick")
+    assert evaluate(sized, "tiny", tmp_path).predictions == {"needles": 10}
+    with pytest.raises(ValueError, match="sizes"):
+        sized.replace(sizes={"quick": 20})
+    assert all(set(e.sizes) == {"tiny", "quick", "full"} for e in EXPERIMENTS)
 
 
 def test_linear_growth_rows_pass_and_a_wrong_prediction_fails():

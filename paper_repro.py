@@ -3,10 +3,11 @@
     python paper_repro.py [--quick | --full] [--only NAME ...] [--out DIR] [--jobs N]
                           [--[no-]check]
 
-Each selected experiment of the registry (`figures.EXPERIMENTS`, which is
-`sims.experiments.EXPERIMENTS` with the figures attached) is evaluated
+Each selected experiment of the registry (`sims.experiments.EXPERIMENTS`) is evaluated at
+the chosen size, which each experiment looks up in its own `SIZES`
 (`sims.experiments.evaluate`: run, predict, rows; results kept in the result store under
-OUT/store, so a rerun reuses them) and, if it has a figure, drawn as PNG and PDF. Then
+OUT/store, so a rerun reuses them) and, if it has a figure (`figures.DRAWINGS`, by the
+experiment's name), drawn as PNG and PDF. Then
 REPORT.md and report.csv in OUT: the agreement table, its rows counted by kind
 (prediction, consistency, fit), the experiments' own tables (also in tables.json), each
 figure with its caption, and the run's provenance.
@@ -57,8 +58,8 @@ COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 
 def registry():
-    """Every experiment, with its figure attached where it has one (figures.EXPERIMENTS)."""
-    from weakspots.figures import EXPERIMENTS
+    """Every experiment (sims.experiments.EXPERIMENTS)."""
+    from weakspots.sims.experiments import EXPERIMENTS
 
     return EXPERIMENTS
 
@@ -66,25 +67,25 @@ def registry():
 def parse(argv=None) -> argparse.Namespace:
     names = [e.name for e in registry()]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    budget = p.add_mutually_exclusive_group()
-    budget.add_argument(
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
         "--quick",
-        dest="budget",
+        dest="size",
         action="store_const",
         const="quick",
         help="fewer seeds, samples and configs, same physics (default)",
     )
-    budget.add_argument(
+    size.add_argument(
         "--full",
-        dest="budget",
+        dest="size",
         action="store_const",
         const="full",
         help="the sizes a paper would print",
     )
-    budget.add_argument(
-        "--tiny", dest="budget", action="store_const", const="tiny", help=argparse.SUPPRESS
+    size.add_argument(
+        "--tiny", dest="size", action="store_const", const="tiny", help=argparse.SUPPRESS
     )  # smoke tests only: too small to mean anything
-    p.set_defaults(budget="quick")
+    p.set_defaults(size="quick")
     p.add_argument(
         "--only",
         nargs="+",
@@ -122,8 +123,8 @@ def selected(args) -> list:
     """The experiments to make, in registry order."""
     if args.only:
         return [e for e in registry() if e.name in args.only]
-    with_tables = args.check if args.check is not None else args.budget == "full"
-    return [e for e in registry() if e.figure is not None or with_tables]
+    with_tables = args.check if args.check is not None else args.size == "full"
+    return [e for e in registry() if e.drawn or with_tables]
 
 
 def enable_compilation_cache(out: Path) -> None:
@@ -145,7 +146,7 @@ class CompileClock:
             self.seconds += duration_secs
 
 
-def provenance(budget, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict:
+def provenance(size: str, wall: float, times: dict, cpu: dict, jobs: int = 1) -> dict:
     def git(*args):
         try:
             return subprocess.run(
@@ -168,7 +169,7 @@ def provenance(budget, wall: float, times: dict, cpu: dict, jobs: int = 1) -> di
         "device": ", ".join(f"{d.platform}:{d.device_kind}" for d in jax.devices()),
         "cpus": os.cpu_count(),
         "load_average": os.getloadavg(),
-        "budget": budget,
+        "size": size,
         "jobs": jobs,
         "wall_seconds": wall,
         "step_seconds": times,
@@ -227,7 +228,7 @@ def write_report(
     lines = [
         "# Periodic weak spots: theory against simulation",
         "",
-        f"`{prov['command']}` — budget `{prov['budget'].name}`: **{predictions} predictions, "
+        f"`{prov['command']}` — size `{prov['size']}`: **{predictions} predictions, "
         f"{failed_predictions} failing**; {len(rows)} agreement rows in all, {failed} failing; "
         f"{len(made)} figure(s); wall time {prov['wall_seconds']:.0f} s.",
         "",
@@ -279,7 +280,8 @@ def write_report(
         f"* python {p['python']}; " + ", ".join(f"{k} {v}" for k, v in p["versions"].items()),
         f"* device: {p['device']}; {p['cpus']} CPU(s); load average at the end "
         + ", ".join(f"{x:.1f}" for x in p["load_average"]),
-        f"* budget: `{p['budget']}` (seeds are 0..seeds-1 for SGD; fixed numpy seeds for "
+        f"* size: `{p['size']}`, each experiment's own `SIZES[{p['size']!r}]` (seeds are "
+        "0..seeds-1 for SGD; fixed numpy seeds for "
         "flow starts; held-out needles from eval_seed 12345)",
         f"* wall time: {p['wall_seconds']:.1f} s with {p['jobs']} process(es) making "
         f"experiments at once; per step ({SHARED}: a process's SGD runs, trained together "
@@ -325,18 +327,18 @@ def main(argv=None) -> int:
     enable_compilation_cache(out)
     from weakspots.sims import experiments
 
-    budget = experiments.BUDGETS[args.budget]
+    size = args.size
     chosen = selected(args)
     start = time.perf_counter()
     if args.worker_json:  # one group of a parallel run: experiments only, results to the parent
-        made = make_experiments(chosen, budget, out, to_file(Path(args.progress_file)))
+        made = make_experiments(chosen, size, out, to_file(Path(args.progress_file)))
         Path(args.worker_json).write_text(json.dumps(made))
         return 0
-    groups = experiments.job_groups(chosen, budget, args.jobs)
+    groups = experiments.job_groups(chosen, size, args.jobs)
     with Progress("paper_repro", "steps", total=sum(len(g) + 1 for g in groups)) as progress:
         relay = StepRelay(progress)
         if len(groups) == 1:
-            made = make_experiments(chosen, budget, out, relay)
+            made = make_experiments(chosen, size, out, relay)
         else:
             made = run_jobs(args, groups, relay)
     order = {e.name: i for i, e in enumerate(registry())}
@@ -347,7 +349,7 @@ def main(argv=None) -> int:
         made[k] for k in ("rows", "made", "errors", "times", "cpu")
     )
     wall = time.perf_counter() - start
-    prov = provenance(budget, wall, times, cpu, len(groups))
+    prov = provenance(size, wall, times, cpu, len(groups))
     write_report(out, rows, captions, errors, prov, tables)
     counts = experiments.kind_counts(rows)
     failed = [r for r in rows if experiments.failing(r)]
@@ -372,12 +374,13 @@ def to_file(path: Path):
     return heard
 
 
-def make_experiments(chosen, budget, out: Path, heard) -> dict:
-    """Train the experiments' SGD runs together, then evaluate (and draw) each.
+def make_experiments(chosen, size: str, out: Path, heard) -> dict:
+    """Train the experiments' SGD runs together at size `size`, then evaluate (and draw) each.
 
     heard(event): told of every step ({"message": ...}, and {"done": 1, "compile_seconds"}
     when a step ends). Returns rows, figures made (name -> caption), errors, times, cpu.
     """
+    from weakspots.figures import DRAWINGS
     from weakspots.sims import experiments
 
     clock = CompileClock()
@@ -399,7 +402,7 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
     heard({"message": f"SGD runs of {names}, trained together ..."})
     try:
         trained = experiments.train_planned(
-            chosen, budget, store_dir, log=lambda m: heard({"message": m}), workers=TRAIN_THREADS
+            chosen, size, store_dir, log=lambda m: heard({"message": m}), workers=TRAIN_THREADS
         )
     except Exception:  # e.g. a diverged run: each experiment then trains (and reports) its own
         trained = 0
@@ -412,13 +415,14 @@ def make_experiments(chosen, budget, out: Path, heard) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         heard({"message": f"{name} ..."})
         try:
-            results, predictions, agreement = experiments.evaluate(experiment, budget, store_dir)
-            if experiment.figure is not None:
-                fig = experiment.figure(results, predictions)
+            results, predictions, agreement = experiments.evaluate(experiment, size, store_dir)
+            if experiment.drawn:
+                drawing = DRAWINGS[name]
+                fig = drawing.make(results, predictions)
                 for ext in ("png", "pdf"):
                     fig.savefig(out / f"{name}.{ext}", bbox_inches="tight")
                 plt.close(fig)
-                made[name] = list(experiment.caption)
+                made[name] = list(drawing.CAPTION)
             rows += [{"experiment": name, **r.as_dict()} for r in agreement]
             if experiment.tables is not None:
                 tables[name] = [t.as_dict() for t in experiment.tables(results, predictions)]
@@ -452,7 +456,7 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
         target, events = out / f".worker-{i}.json", out / f".worker-{i}.progress"
         target.unlink(missing_ok=True)
         events.unlink(missing_ok=True)
-        command = [sys.executable, str(Path(__file__).resolve()), f"--{args.budget}"]
+        command = [sys.executable, str(Path(__file__).resolve()), f"--{args.size}"]
         command += ["--out", str(out), "--jobs", "1", "--worker-json", str(target)]
         command += ["--progress-file", str(events), "--only", *(e.name for e in group)]
         procs.append((group, target, events, subprocess.Popen(command)))

@@ -4,7 +4,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from weakspots.figures.style import COLORS, THEORY, figure, legend_below, spread_yerr
-from weakspots.sims.check import most_common
+from weakspots.sims.experiments.measure import most_common
 
 
 def _axis(results, predictions, axis):

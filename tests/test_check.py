@@ -6,11 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.check import FALSE_ALARM, mean_half_width, normal_half_width
 from weakspots.sims.cli import check as check_cli
 from weakspots.sims.cli import main
 from weakspots.sims.experiments import (
-    BUDGETS,
     EXPERIMENTS,
     KINDS,
     Experiment,
@@ -22,6 +20,8 @@ from weakspots.sims.experiments import (
     phase_diagram,
     threshold,
 )
+from weakspots.sims.experiments.experiment import stored
+from weakspots.sims.experiments.measure import FALSE_ALARM, mean_half_width, normal_half_width
 
 KEYS = {
     "name", "config", "kind", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass",
@@ -74,8 +74,30 @@ def test_registry_names_are_unique_and_rows_typed():
     assert set(KINDS) == {"prediction", "consistency", "fit"}
 
 
+def test_each_experiment_runs_at_its_own_size_and_the_store_keeps_sizes_and_versions_apart(
+    tmp_path,
+):
+    sized = Experiment(
+        "sized",
+        lambda needles: {"needles": needles},
+        lambda needles, results: {"needles": needles},
+        lambda results, predictions: [],
+        sizes={"tiny": 10, "quick": 20, "full": 30},
+    )
+    assert evaluate(sized, "quick", tmp_path).results == {"needles": 20}
+    assert stored(tmp_path, "run", sized, "quick")
+    assert not stored(tmp_path, "run", sized, "tiny")
+    assert not stored(tmp_path, "run", sized.replace(version=2), "quick")
+    # the record is part of the key: changing a size's settings recomputes it
+    assert not stored(tmp_path, "run", sized.replace(sizes={**sized.sizes, "quick": 21}), "quick")
+    assert evaluate(sized, "tiny", tmp_path).predictions == {"needles": 10}
+    with pytest.raises(ValueError, match="sizes"):
+        sized.replace(sizes={"quick": 20})
+    assert all(set(e.sizes) == {"tiny", "quick", "full"} for e in EXPERIMENTS)
+
+
 def test_linear_growth_rows_pass_and_a_wrong_prediction_fails():
-    results, predictions, rows = evaluate(linear_growth.EXPERIMENT, BUDGETS["quick"])
+    results, predictions, rows = evaluate(linear_growth.EXPERIMENT, "quick")
     assert len(rows) == sum(case[-1] for case in linear_growth.CASES.values())
     assert all(r.kind == "prediction" and r.passed for r in rows)
     assert all(r.predicted < 0 for r in rows if r.name.startswith("ce"))
@@ -136,13 +158,13 @@ def test_quick_table_end_to_end(capsys):
     failed = [r["name"] + " " + r["config"] for r in rows if not r["pass"]]
     assert code == (1 if failed else 0)
     assert not failed, failed
-    assert {r["experiment"] for r in rows} == {e.name for e in EXPERIMENTS if e.figure is None}
+    assert {r["experiment"] for r in rows} == {e.name for e in EXPERIMENTS if not e.drawn}
     assert np.isfinite([r["rel_error"] for r in rows]).all()
 
 
 @pytest.mark.slow
 def test_threshold_bisection_finds_the_integer_pair_around_n_c():
-    results, predictions, rows = evaluate(threshold.EXPERIMENT, BUDGETS["quick"])
+    results, predictions, rows = evaluate(threshold.EXPERIMENT, "quick")
     assert all(results["bracketed"]) and all(r.passed for r in rows)
     for low, high, n_c in zip(
         results["low"], results["high"], predictions["critical_chunks"], strict=True

@@ -1,7 +1,7 @@
-"""Smoke tests: every figure draws, headless, from tiny-run results; each is attached once.
+"""Smoke tests: every figure draws, headless, from tiny-run results; each is found by name.
 
 The inputs in tests/data/figure_inputs.json are the results and predictions of the
-experiments at the `tiny` budget (regenerate with `python tests/test_figures.py [NAME ...]`), so the
+experiments at the `tiny` size (regenerate with `python tests/test_figures.py [NAME ...]`), so the
 figures see data of exactly the shape the experiments produce.
 """
 
@@ -14,10 +14,9 @@ import pytest
 
 from weakspots import figures
 from weakspots.sims import experiments
-from weakspots.sims.experiments.experiment import drawn_in_figures
 
 DATA = Path(__file__).parent / "data" / "figure_inputs.json"
-DRAWN = [e for e in figures.EXPERIMENTS if e.figure is not None]
+DRAWN = [e for e in experiments.EXPERIMENTS if e.drawn]
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +31,9 @@ def inputs():
 def test_figure_draws_headless(experiment, inputs, tmp_path):
     assert matplotlib.get_backend().lower() == "agg"
     name = experiment.name
-    assert len(experiment.caption) == 2 and all(experiment.caption)
-    fig = experiment.figure(inputs[name]["results"], inputs[name]["predictions"])
+    drawing = figures.DRAWINGS[name]
+    assert len(drawing.CAPTION) == 2 and all(drawing.CAPTION)
+    fig = drawing.make(inputs[name]["results"], inputs[name]["predictions"])
     try:
         axes = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
         assert axes, "no visible axes"
@@ -49,24 +49,22 @@ def test_every_figure_has_inputs(inputs):
     assert set(inputs) == {e.name for e in DRAWN}
 
 
-def test_figures_attach_to_the_experiments_sims_marks_as_drawn():
-    # sims marks an experiment as drawn (it cannot import figures); figures attaches each
-    # drawing to exactly those, once, and the registry keeps its order and members.
-    marked = {e.name for e in experiments.EXPERIMENTS if e.figure is drawn_in_figures}
-    assert {e.name for e in figures.DRAWINGS} == marked == {e.name for e in DRAWN}
-    assert [e.name for e in figures.EXPERIMENTS] == [e.name for e in experiments.EXPERIMENTS]
-    assert not any(e.figure is drawn_in_figures for e in figures.EXPERIMENTS)
-    assert len({module for module in figures.DRAWINGS.values()}) == len(figures.DRAWINGS)
+def test_figures_are_found_by_the_names_of_the_experiments_sims_marks_as_drawn():
+    # sims marks an experiment as drawn (it cannot import figures); figures has a drawing
+    # for exactly those, by name, each in the module of that name.
+    assert set(figures.DRAWINGS) == {e.name for e in DRAWN}
+    for name, module in figures.DRAWINGS.items():
+        assert module.__name__ == f"weakspots.figures.{name}"
+        assert callable(module.make)
 
 
 def _regenerate(*names, store_dir="/tmp/weakspots_tiny_store"):
     """Recompute the tiny inputs of the experiments `names` (default: every drawn one)
     that figure_inputs.json holds; the other entries are kept."""
-    budget = experiments.BUDGETS["tiny"]
     out = json.loads(DATA.read_text()) if DATA.exists() else {}
     chosen = [e for e in DRAWN if e.name in names] if names else DRAWN
     for experiment in chosen:
-        results, predictions, _ = experiments.evaluate(experiment, budget, store_dir)
+        results, predictions, _ = experiments.evaluate(experiment, "tiny", store_dir)
         out[experiment.name] = {"results": results, "predictions": predictions}
     DATA.parent.mkdir(exist_ok=True)
     DATA.write_text(json.dumps(out, separators=(",", ":")))

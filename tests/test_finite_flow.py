@@ -3,9 +3,10 @@
 import jax
 import numpy as np
 import pytest
+from fixtures import distance_to_reduced
 
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.check import SGD_ATOL, distance_to_reduced, sgd_config
+from weakspots.sims.experiments.measure import SGD_ATOL, sgd_config
 from weakspots.sims.flow import finite_flow
 from weakspots.sims.train import Hyper, init, train
 
@@ -34,7 +35,7 @@ def test_starts_at_the_trainers_init_and_loss_never_increases():
 
 @pytest.mark.slow
 def test_trainer_follows_the_finite_flow_at_d256():
-    config = sgd_config(quick=True)
+    config = sgd_config()
     sgd = np.asarray(train(config).history.pooling_weights, float)
     ode = finite_flow(config, samples=8192, accuracy=False)
     err = np.max(np.abs(sgd - ode.pooling_weights))

@@ -18,7 +18,7 @@ from weakspots.idealized.config import (
 )
 from weakspots.idealized.model import initial_pooling_logits
 from weakspots.sims import flow, train
-from weakspots.sims.check import rk4
+from weakspots.sims.experiments.measure import rk4
 from weakspots.sims.flow import FlowFailed, solve, solve_many, stack
 from weakspots.sims.train import Hyper
 from weakspots.theory import reduced_loss, specialization_order

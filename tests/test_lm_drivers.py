@@ -9,12 +9,13 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from weakspots.figures import lm_family, lm_position  # noqa: E402
-from weakspots.sims.lm import family, position  # noqa: E402
+from weakspots.sims.experiments import lm_position as position  # noqa: E402
+from weakspots.sims.lm import family  # noqa: E402
 
 
 @pytest.mark.slow
 def test_position_driver_gives_json_results_the_figure_draws():
-    results = position.run("tiny")
+    results = position.run(position.SIZES["tiny"])
     json.dumps(results)
     assert set(results["designs"]) == {"compressed", "dense"}
     assert results["designs"]["dense"]["config"]["operator"] == "none"

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 
 from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.experiments import BUDGETS, lm_family, lm_position
+from weakspots.sims.experiments import lm_family, lm_position
 from weakspots.sims.lm import evaluate
 
 CONFIG = LMConfig(seq_len=40, pairs=2, stride=4, eval_samples=3)
@@ -34,7 +34,7 @@ def position_results(compressed_wrong, dense_wrong):
 
 
 def position_rows(results):
-    predictions = lm_position.predict(BUDGETS["tiny"], results)
+    predictions = lm_position.predict(lm_position.SIZES["tiny"], results)
     return {r.name.split(":")[0]: r for r in lm_position.rows(results, predictions)}
 
 
@@ -84,7 +84,7 @@ def test_family_rows_cover_the_dense_cells_only():
             row("none", 8, lambda v: v % 8 == 3),
         ]
     }
-    rows = lm_family.rows(results, lm_family.predict(BUDGETS["tiny"], results))
+    rows = lm_family.rows(results, lm_family.predict("tiny", results))
     assert [r.config.split(",")[0] for r in rows] == ["phases at s=4 T=44", "phases at s=8 T=44"]
     assert [r.passed for r in rows] == [True, False]
 
@@ -103,7 +103,7 @@ def test_family_design_rows_are_findings_held_beyond_the_noise_floor():
                 **{k: pooled[k] for k in keys}}  # fmt: skip
 
     results = {"rows": [], "designs": [design(lambda v: v % 4 == 0), design(never)]}
-    rows = lm_family.rows(results, lm_family.predict(BUDGETS["tiny"], results))
+    rows = lm_family.rows(results, lm_family.predict("tiny", results))
     expected = [(True, True, True), (True, False, False)]
     assert [(r.finding, r.holds, r.passed) for r in rows] == expected
     assert not any(failing(r.as_dict()) for r in rows)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.experiments import BUDGETS, lm_mechanism, lm_toy
+from weakspots.sims.experiments import lm_mechanism, lm_toy
 from weakspots.sims.lm import study
 
 
@@ -126,8 +126,8 @@ def test_toy_critical_chunks_are_the_h2_threshold():
 
 @pytest.mark.slow
 def test_mechanism_and_toy_experiments_run_at_tiny_size():
-    budget = BUDGETS["tiny"]
     for experiment in (lm_mechanism.EXPERIMENT, lm_toy.EXPERIMENT):
-        results = experiment.run(budget)
-        rows = experiment.rows(results, experiment.predict(budget, results))
+        size = experiment.size_of("tiny")
+        results = experiment.run(size)
+        rows = experiment.rows(results, experiment.predict(size, results))
         assert rows and all(math.isfinite(r.predicted) for r in rows)

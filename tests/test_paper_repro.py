@@ -1,4 +1,4 @@
-"""paper_repro.py end to end on cheap experiments at the tiny budget: files, report, exit code,
+"""paper_repro.py end to end on cheap experiments at the tiny size: files, report, exit code,
 reuse, the two-process split, and the threads that train structures at once."""
 
 import csv
@@ -15,7 +15,14 @@ import pytest
 
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims import experiments
-from weakspots.sims.experiments import BUDGETS, EXPERIMENTS, Experiment, Row, Table, canonical
+from weakspots.sims.experiments import (
+    EXPERIMENTS,
+    Experiment,
+    Row,
+    Table,
+    canonical,
+    finite_d_accuracy,
+)
 from weakspots.sims.progress import Progress
 from weakspots.sims.train import train_many
 
@@ -38,7 +45,8 @@ def _rows(out: Path) -> list[dict]:
 def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     repro = _paper_repro()
     # One Monte Carlo dimension: each (N, d) compiles its own sampler, and the test needs none more.
-    monkeypatch.setitem(BUDGETS, "tiny", dataclasses.replace(BUDGETS["tiny"], dims=(64,)))
+    tiny = dataclasses.replace(finite_d_accuracy.SIZES["tiny"], dims=(64,))
+    monkeypatch.setitem(finite_d_accuracy.SIZES, "tiny", tiny)
     argv = ["--tiny", "--only", "finite_d_accuracy", "--out", str(tmp_path)]
     code = repro.main(argv)
     for ext in ("png", "pdf"):
@@ -64,8 +72,8 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     # Any failing row (here of an experiment without a figure) makes the exit code 1.
     bad = Experiment(
         "always_fails",
-        lambda budget: {},
-        lambda budget, results: {},
+        lambda size: {},
+        lambda size, results: {},
         lambda results, predictions: [
             Row("x", "", kind="prediction", predicted=1.0, ode=2.0, tolerance=0.1)
         ],
@@ -88,7 +96,7 @@ def test_two_jobs_give_the_serial_run_numbers(tmp_path):
     repro = _paper_repro()
     names = ["growth_rate", "weak_spots"]  # one cheap experiment with SGD runs, one without
     chosen = [e for e in EXPERIMENTS if e.name in names]
-    assert len(experiments.job_groups(chosen, BUDGETS["tiny"], 2)) == 2
+    assert len(experiments.job_groups(chosen, "tiny", 2)) == 2
     both = {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs{jobs}"
@@ -124,15 +132,14 @@ def test_step_relay_counts_steps_and_marks_compiling_ones_as_warmups():
 
 
 def test_job_groups_keep_each_experiment_with_its_closest_sharer():
-    budget = BUDGETS["quick"]
-    groups = experiments.job_groups(EXPERIMENTS, budget, 2)
+    groups = experiments.job_groups(EXPERIMENTS, "quick", 2)
     assert len(groups) == 2
     assert sorted(e.name for g in groups for e in g) == sorted(e.name for e in EXPERIMENTS)
     group_of = {e.name: i for i, g in enumerate(groups) for e in g}
     cost = experiments.training_cost
     for a in EXPERIMENTS:  # in the group of the experiment it shares the most training with
         shared = {
-            b.name: cost(set(a.configs(budget)) & set(b.configs(budget)))
+            b.name: cost(set(a.configs(a.size_of("quick"))) & set(b.configs(b.size_of("quick"))))
             for b in EXPERIMENTS
             if b is not a
         }
@@ -144,7 +151,7 @@ def test_job_groups_keep_each_experiment_with_its_closest_sharer():
     assert group_of["head_ablation"] == group_of["mitigations"]
     for group in groups:  # registry order within a group
         assert [EXPERIMENTS.index(e) for e in group] == sorted(EXPERIMENTS.index(e) for e in group)
-    assert experiments.job_groups(EXPERIMENTS, budget, 1) == [list(EXPERIMENTS)]
+    assert experiments.job_groups(EXPERIMENTS, "quick", 1) == [list(EXPERIMENTS)]
 
 
 def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
@@ -155,11 +162,11 @@ def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
     configs = [small.replace(seed=0), small.replace(seed=1, lr=0.5),
                small.replace(operator="max_pool"), small.replace(heads=2, seed=2)]  # fmt: skip
     planned = Experiment(
-        "planned", lambda b: {}, lambda b, r: {}, lambda r, p: [], configs=lambda b: configs
+        "planned", lambda s: {}, lambda s, r: {}, lambda r, p: [], configs=lambda s: configs
     )
     monkeypatch.setattr(canonical, "_TRAINED", {})
     logged = []
-    assert experiments.train_planned([planned], BUDGETS["tiny"], workers=3, log=logged.append) == 4
+    assert experiments.train_planned([planned], "tiny", workers=3, log=logged.append) == 4
     assert sorted(m.split(" (")[0] for m in logged) == [f"SGD structure {i}/3" for i in (1, 2, 3)]
     for config, alone in zip(configs, train_many(configs), strict=True):
         threaded = canonical._TRAINED[config]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from weakspots.sims.check import monte_carlo_accuracy
+from weakspots.sims.experiments.measure import monte_carlo_accuracy
 from weakspots.theory import (
     delta_max,
     phase_accuracy,

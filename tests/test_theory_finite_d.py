@@ -13,7 +13,7 @@ from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.loss import objective
 from weakspots.idealized.model import init_model
 from weakspots.idealized.task import sample_batch
-from weakspots.sims.check import rk4
+from weakspots.sims.experiments.measure import rk4
 from weakspots.sims.flow import finite_flow, solve, solve_many, stack
 
 S, N, GAIN = 8, 64, 16.0
@@ -106,7 +106,7 @@ def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
     fields = dict(stride=S, chunks=N, gain=GAIN, t1=100.0, saves=3, rtol=1e-7)
     configs = [FlowConfig(dim=d, **fields) for d in (64, 10_000_000)]
     corrected = stack(solve_many(configs, starts=jnp.repeat(start, 2, axis=0)))
-    # d = inf reference: sims.check's numpy RK4 of the reduced flow (no diffrax, no autodiff)
+    # d = inf reference: measure's numpy RK4 of the reduced flow (no diffrax, no autodiff)
     plain = rk4(np.asarray(start[0]), np.array([GAIN]), float(N), np.linspace(0, 100.0, 3), 0.05)
     plain = jax.nn.softmax(plain, axis=-1)
     np.testing.assert_allclose(corrected.pooling_weights[1], plain, atol=1e-4)
@@ -118,7 +118,7 @@ def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
 
 @pytest.mark.slow
 def test_corrected_flow_closes_the_gap_to_the_finite_flow_at_d256():
-    # sims.check.distance_to_reduced's setup (seed 0, init 0.3, t <= 400, 41 saves) at d = 256.
+    # fixtures.distance_to_reduced's setup (seed 0, init 0.3, t <= 400, 41 saves) at d = 256.
     # The finite flow's fixed sample is itself noisy (4096 needles: 0.002-0.022 from the
     # corrected flow over 10 sample seeds), so it is averaged over 8 samples. Measured: the
     # mean flow is 0.0036 from the corrected flow and 0.0188 from the reduced one; the 0.5

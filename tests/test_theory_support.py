@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import REENTRY_RTOL, reentry_slopes
 from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.experiments.measure import REENTRY_RTOL, reentry_slopes
 from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     covered,

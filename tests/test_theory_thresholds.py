@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import fitted_rates, log_weights_centred
 from weakspots.sims.experiments.canonical import keyed_starts
+from weakspots.sims.experiments.measure import fitted_rates, log_weights_centred
 from weakspots.sims.flow import solve_many, stack
 from weakspots.theory import (
     critical_chunks,
@@ -89,7 +89,7 @@ def test_multi_head_growth_rates_match_early_flow():
 def test_growth_rate_figure_measures_each_mode_of_two_heads():
     # Figure 4 fits rates over a window of the flow. Fitting delta itself mixed the common
     # and differential modes and read 1-4% below lambda_differential at --full; each mode's
-    # own amplitude (sims.check.mode_norms) grows at its own rate.
+    # own amplitude (measure.mode_norms) grows at its own rate.
     from weakspots.sims.experiments.canonical import random_starts
     from weakspots.sims.experiments.growth_rate import measure_growth_rate
 

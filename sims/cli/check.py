@@ -6,7 +6,6 @@ import argparse
 import time
 
 from weakspots.sims.experiments import (
-    BUDGETS,
     EXPERIMENTS,
     evaluate,
     failing,
@@ -45,17 +44,17 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    budget = BUDGETS["quick" if args.quick else "full"]
+    size = "quick" if args.quick else "full"
     if args.only:
         chosen = [e for e in EXPERIMENTS if e.name in args.only]
     else:
-        chosen = [e for e in EXPERIMENTS if args.all or e.figure is None]
+        chosen = [e for e in EXPERIMENTS if args.all or not e.drawn]
     rows = []
     enabled = common.progress_enabled(args)
     with Progress("check", "experiments", total=len(chosen), enabled=enabled) as progress:
-        train_planned(chosen, budget, log=progress.write)
+        train_planned(chosen, size, log=progress.write)
         for experiment in chosen:
-            evaluation = evaluate(experiment, budget)
+            evaluation = evaluate(experiment, size)
             rows += [{"experiment": experiment.name, **r.as_dict()} for r in evaluation.rows]
             progress.update(1)
     wall = time.perf_counter() - start

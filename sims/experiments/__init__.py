@@ -2,19 +2,21 @@
 
 `EXPERIMENTS` is the one registry: `paper_repro.py` makes a figure and report rows from
 each, `weakspots check` prints their rows. An experiment lives in its own module
-`sims.experiments.<name>` as `EXPERIMENT = Experiment(name, run, predict, rows, ...)`;
-adding one is writing that module and adding it to `EXPERIMENTS`:
+`sims.experiments.<name>` as `EXPERIMENT = Experiment(name, run, predict, rows, sizes=SIZES,
+...)`, with its own settings at each size in `SIZES`; adding one is writing that module and
+adding it to `EXPERIMENTS`:
 
-    results = experiment.run(budget)                    # SGD, flows, Monte Carlo
-    predictions = experiment.predict(budget, results)   # theory/ about the same quantities
-    rows = experiment.rows(results, predictions)        # list[Row]
+    size = experiment.size_of("quick")                # the experiment's own settings record
+    results = experiment.run(size)                    # SGD, flows, Monte Carlo
+    predictions = experiment.predict(size, results)   # theory/ about the same quantities
+    rows = experiment.rows(results, predictions)      # list[Row]
 
-or all three at once, memoised in a result store: `evaluate(experiment, budget, store_dir)`.
+or all three at once, memoised in a result store: `evaluate(experiment, "quick", store_dir)`.
 
-Conventions shared by every experiment: canonical physics (`canonical`: stride 8, 64
-chunks, d = 64, gain 16, SGD lr 2, batch 256, 600 steps, so gradient-flow time
-t = lr x steps = 1200); the order parameter delta = |log alpha - mean log alpha|
-(`sims.check.order_parameter`); a phase is covered when its pooling weight exceeds
+Conventions shared by every experiment: canonical physics (`canonical`: `TrainConfig()`'s
+defaults, stride 8, 64 chunks, d = 64, gain 16, SGD lr 2, batch 256, 600 steps, so
+gradient-flow time t = lr x steps = 1200); the order parameter delta = |log alpha - mean
+log alpha| (`measure.order_parameter`); a phase is covered when its pooling weight exceeds
 1/(2s) (idealized.metrics.support_size). Every prediction comes from `theory/`.
 """
 
@@ -63,9 +65,8 @@ from weakspots.sims.experiments import (
 )
 from weakspots.sims.experiments.canonical import train
 from weakspots.sims.experiments.experiment import (
-    BUDGETS,
     KINDS,
-    Budget,
+    SIZE_NAMES,
     Evaluation,
     Experiment,
     Row,
@@ -78,10 +79,9 @@ from weakspots.sims.experiments.experiment import (
 )
 
 __all__ = [
-    "BUDGETS",
     "EXPERIMENTS",
     "KINDS",
-    "Budget",
+    "SIZE_NAMES",
     "Evaluation",
     "Experiment",
     "Row",
@@ -95,7 +95,7 @@ __all__ = [
 ]
 
 EXPERIMENTS: tuple[Experiment, ...] = (
-    # drawn by figures/ (figures.EXPERIMENTS attaches each figure)
+    # drawn by figures/ (figures.DRAWINGS, by name)
     weak_spots.EXPERIMENT,
     pooling_dynamics.EXPERIMENT,
     phase_diagram.EXPERIMENT,
@@ -136,12 +136,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
 
 def train_planned(
     experiments: Sequence[Experiment],
-    budget: Budget,
+    size: str,
     store_dir=None,
     log: Callable[[str], None] | None = None,
     workers: int = 1,
 ) -> int:
-    """Train, together, every SGD run the `experiments` will ask for and have not stored.
+    """Train, together, every SGD run the `experiments` will ask for at size `size` (a name
+    of `SIZE_NAMES`) and have not stored.
 
     Runs that share `TrainConfig.static` then share one compiled program across
     experiments; the experiments find them in the in-process memo (`canonical.train`).
@@ -156,8 +157,8 @@ def train_planned(
     configs = [
         c
         for experiment in experiments
-        if not stored(store_dir, "run", experiment, budget)
-        for c in experiment.configs(budget)
+        if not stored(store_dir, "run", experiment, size)
+        for c in experiment.configs(experiment.size_of(size))
     ]
     groups: dict = {}
     for config in dict.fromkeys(configs):
@@ -217,9 +218,10 @@ def changed_fields(config) -> str:
 
 
 def job_groups(
-    experiments: Sequence[Experiment], budget: Budget, jobs: int
+    experiments: Sequence[Experiment], size: str, jobs: int
 ) -> list[list[Experiment]]:
-    """`experiments` split into at most `jobs` groups, to be made in as many processes.
+    """`experiments` at size `size` (a name of `SIZE_NAMES`) split into at most `jobs`
+    groups, to be made in as many processes.
 
     Each experiment stays in one group with the experiment it shares the most SGD training
     with (`Experiment.configs`, weighed by `training_cost`), so a run is trained twice
@@ -231,7 +233,7 @@ def job_groups(
     """
     if jobs <= 1:
         return [list(experiments)]
-    runs = [set(e.configs(budget)) for e in experiments]
+    runs = [set(e.configs(e.size_of(size))) for e in experiments]
     parent = list(range(len(experiments)))
 
     def root(i):

@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import CHUNKS, GAIN, STRIDE, monte_carlo_accuracy, normal_half_width
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import monte_carlo_accuracy, normal_half_width
 
 CASES = (("uniform", 8), ("3-phase", 3))  # (label, support size k of equal weights)
 DIM = 64
+SIZES = {"tiny": 4000, "quick": 4000, "full": 16000}  # Monte Carlo needles per phase
 
 
-def run(budget: Budget) -> dict:
-    """Per-phase accuracy of fixed pooling weights by Monte Carlo, per case."""
-    samples = 4000 if budget.quick else 16000
+def run(samples: int) -> dict:
+    """Per-phase accuracy of fixed pooling weights by Monte Carlo (`samples` needles per
+    phase), per case."""
     accuracy = [
         monte_carlo_accuracy(
             theory.support_weights(STRIDE, k), CHUNKS, DIM, samples, seed=CHUNKS + k
@@ -24,9 +26,9 @@ def run(budget: Budget) -> dict:
     return {"samples": samples, "accuracy": accuracy}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(samples: int, results: dict) -> dict:
     """theory.phase_accuracy (the chi-conditioned formula), per case and phase."""
-    del budget, results
+    del samples, results
     return {
         "accuracy": [
             theory.phase_accuracy(theory.support_weights(STRIDE, k), GAIN, CHUNKS, DIM)
@@ -60,4 +62,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("accuracy_formula", run, predict, rows)
+EXPERIMENT = Experiment("accuracy_formula", run, predict, rows, sizes=SIZES)

@@ -1,14 +1,18 @@
 """The canonical physics every experiment starts from, and the simulations they share.
 
-Canonical config: stride 8, 64 chunks, d = 64, gain 16, SGD lr 2, batch 256, 600 steps
-(so gradient-flow time t = lr x steps = 1200). `train` is the SGD run memo shared by
-experiments; `base_flow` and `solve_from` set up and solve reduced flows from given
-starts (`sims.flow.solve_many`: one compiled program per flow structure).
+The canonical config is `TrainConfig()`'s defaults (stride 8, 64 chunks, d = 64, gain 16,
+SGD lr 2, batch 256, 600 steps, so gradient-flow time t = lr x steps = 1200); `STRIDE`,
+`CHUNKS`, `DIM`, `GAIN` are read from it. `Training` is how long SGD runs train and are
+evaluated at a size (`TRAINING`), shared by every experiment so that their runs coincide.
+`train` is the SGD run memo shared by experiments; `base_flow` and `solve_from` set up and
+solve reduced flows from given starts (`sims.flow.solve_many`: one compiled program per flow structure).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -19,19 +23,33 @@ from weakspots.idealized.loss import batch_correct
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import sample_batch
 from weakspots.idealized.xla import filter_jit
-from weakspots.sims.experiments.experiment import Budget
 from weakspots.sims.flow import FlowHistory, solve_many, stack
 from weakspots.sims.train import DTYPE, TrainResult, train_many
 
-STRIDE, CHUNKS, DIM, GAIN = 8, 64, 64, 16.0
+CANONICAL = TrainConfig()
+STRIDE, CHUNKS, DIM, GAIN = CANONICAL.stride, CANONICAL.chunks, CANONICAL.dim, CANONICAL.gain
 EVENT_LEVEL = 0.25  # theory.specialization_time's event: delta = 0.25
 
 
-def base_config(budget: Budget, **changes) -> TrainConfig:
-    """The canonical config with this budget's steps and held-out needles, then `changes`."""
-    return TrainConfig(
-        steps=budget.steps, eval_every=budget.eval_every, eval_samples=budget.eval_samples
-    ).replace(**changes)
+@dataclass(frozen=True)
+class Training:
+    """SGD steps, steps between evaluations, and held-out needles per phase of a size's runs."""
+
+    steps: int
+    eval_every: int
+    eval_samples: int
+
+
+TRAINING = {
+    "tiny": Training(steps=40, eval_every=20, eval_samples=64),
+    "quick": Training(steps=CANONICAL.steps, eval_every=10, eval_samples=512),
+    "full": Training(steps=CANONICAL.steps, eval_every=10, eval_samples=2048),
+}
+
+
+def base_config(training: Training, **changes) -> TrainConfig:
+    """The canonical config with `training`'s steps and held-out needles, then `changes`."""
+    return CANONICAL.replace(**{**dataclasses.asdict(training), **changes})
 
 
 _TRAINED: dict[TrainConfig, TrainResult] = {}

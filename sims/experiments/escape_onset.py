@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.check import normal_half_width
 from weakspots.sims.experiments.canonical import train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 # (stride, chunks, dim, gain, lr, steps), batch 256: uniform pooling linearly stable at d
 # (lambda_d < 0), a lower (s-1)-phase state past a saddle 0.5 to 5 temperatures up, where
@@ -23,16 +25,23 @@ POINTS = (
 CHECK_EVERY = 10  # steps between the checks of a run's smallest pooling weight
 
 
-def _points(budget: Budget):
-    return {"full": POINTS}.get(budget.name, POINTS[:1])
+@dataclass(frozen=True)
+class Size:
+    """How many of POINTS (from the first), and SGD seeds per point."""
+
+    points: int
+    seeds: int
 
 
-def _seeds(budget: Budget) -> int:
-    return {"full": 64, "quick": 16}.get(budget.name, 4)
+SIZES = {
+    "tiny": Size(points=1, seeds=4),
+    "quick": Size(points=1, seeds=16),
+    "full": Size(points=len(POINTS), seeds=64),
+}
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """The SGD runs: _seeds(budget) per point."""
+def configs(size: Size) -> list[TrainConfig]:
+    """The SGD runs: size.seeds per point."""
     return [
         TrainConfig(
             stride=s,
@@ -45,18 +54,18 @@ def configs(budget: Budget) -> list[TrainConfig]:
             eval_samples=16,
             seed=seed,
         )  # fmt: skip
-        for s, n, d, g, lr, steps in _points(budget)
-        for seed in range(_seeds(budget))
+        for s, n, d, g, lr, steps in POINTS[: size.points]
+        for seed in range(size.seeds)
     ]
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """Per point, how many SGD runs left uniform pooling: their smallest pooling weight
     reached the end of the passage (theory.escaped_weight) at some check."""
-    results = train(configs(budget))
-    seeds = _seeds(budget)
+    results = train(configs(size))
+    seeds = size.seeds
     out = []
-    for i, point in enumerate(_points(budget)):
+    for i, point in enumerate(POINTS[: size.points]):
         runs = results[i * seeds : (i + 1) * seeds]
         level = theory.escaped_weight(point[0])
         escaped = sum(float(np.min(r.history.pooling_weights)) <= level for r in runs)
@@ -64,19 +73,19 @@ def run(budget: Budget) -> dict:
     return {"points": out}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """theory.escape_within at each point (docs/theory.md §9.2)."""
     del results
     return {
         "p_escape": [
             theory.escape_within(s, n, g, d, lr, 256, steps)
-            for s, n, d, g, lr, steps in _points(budget)
+            for s, n, d, g, lr, steps in POINTS[: size.points]
         ]
     }
 
 
 def rows(results: dict, predictions: dict) -> list[Row]:
-    """P(escape within the budget) against the SGD fraction, within the binomial interval of
+    """P(escape within the run's steps) against the SGD fraction, within the binomial interval of
     the fraction."""
     out = []
     points = len(results["points"])
@@ -98,4 +107,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("escape_onset", run, predict, rows, configs=configs)
+EXPERIMENT = Experiment("escape_onset", run, predict, rows, sizes=SIZES, configs=configs)

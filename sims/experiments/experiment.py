@@ -1,16 +1,17 @@
-"""The experiment value, its agreement row and its budget, and how an experiment is evaluated.
+"""The experiment value, its agreement row and its sizes, and how an experiment is evaluated.
 
 An `Experiment` bundles plain functions in one immutable value, as optax's
-`GradientTransformation(init, update)` does:
+`GradientTransformation(init, update)` does; `size` is the experiment's own settings
+record at one of `SIZE_NAMES` (`experiment.size_of("quick")`):
 
-    results = experiment.run(budget)                    # simulate: SGD, flows, Monte Carlo
-    predictions = experiment.predict(budget, results)   # what theory/ says about them
-    rows = experiment.rows(results, predictions)        # list[Row]: one comparison each
+    results = experiment.run(size)                    # simulate: SGD, flows, Monte Carlo
+    predictions = experiment.predict(size, results)   # what theory/ says about them
+    rows = experiment.rows(results, predictions)      # list[Row]: one comparison each
 
 `results` and `predictions` are plain JSON-able data, so the result store keeps them and
-`figures/` only reads them. `evaluate(experiment, budget, store_dir)` runs the three in
-order and memoises the first two in the store, keyed by (experiment name, version,
-budget): bump `version` when an experiment's output changes meaning.
+`figures/` only reads them. `evaluate(experiment, "quick", store_dir)` runs the three in
+order and memoises the first two in the store, keyed by (experiment name, version, size
+name and its settings): bump `version` when an experiment's output changes meaning.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -115,106 +116,74 @@ class Table(NamedTuple):
         return jsonable(self._asdict())
 
 
-@dataclass(frozen=True)
-class Budget:
-    """How much of every experiment to run; the physics (canonical config) is the same at each."""
-
-    name: str
-    seeds: int  # SGD seeds per config
-    eval_samples: int  # held-out needles per phase
-    position_samples: int  # needles per phase for accuracy against position (weak_spots)
-    flow_starts: int  # reduced-flow starts per config
-    support_samples: int  # isotropic directions in theory.predicted_support_size
-    mc_samples: int  # Monte Carlo needles per phase (finite_d_accuracy)
-    ablate_samples: int  # needles per phase for the interventions (head_ablation)
-    grid: int  # phase-diagram cells per axis
-    chunks_sweep: tuple[int, ...]
-    stride_sweep: tuple[int, ...]
-    init_scales: tuple[float, ...]  # SGD init scales (specialization_time)
-    heads: tuple[int, ...]
-    dims: tuple[int, ...]  # Monte Carlo dimensions (finite_d_accuracy)
-    weight_decays: tuple[float, ...]
-    real_keys: bool  # train operators that need the real keys (max_pool, low_rank, deepseek_v4)
-    steps: int = 600
-    eval_every: int = 10
-
-    @property
-    def quick(self) -> bool:
-        """Whether the checks without a figure use their smaller configs and samples."""
-        return self.name != "full"
+SIZE_NAMES = ("tiny", "quick", "full")
+"""How much of an experiment to run, the same physics at each: `tiny` for smoke tests (too
+small to mean anything), `quick` for a report in minutes, `full` for what a paper prints."""
 
 
-BUDGETS = {
-    "tiny": Budget(
-        "tiny", 1, 64, 256, 2, 8, 256, 16, 3, (12, 64), (8,), (0.01,), (1, 2), (16, 64),
-        (0.0, 1e-3), False, steps=40, eval_every=20,
-    ),
-    "quick": Budget(
-        "quick", 2, 512, 8192, 8, 32, 4096, 128, 10, (12, 24, 64, 256), (4, 8, 16),
-        (1e-3, 1e-2, 1e-1), (1, 2, 4, 8), (16, 64, 256), (0.0, 1e-4, 3e-4, 1e-3), False,
-    ),
-    "full": Budget(
-        "full", 8, 2048, 32768, 32, 256, 16384, 512, 24, (12, 16, 20, 24, 32, 64, 128, 256),
-        (4, 6, 8, 12, 16), (1e-4, 1e-3, 1e-2, 1e-1, 3e-1), (1, 2, 4, 8),
-        (16, 32, 64, 128, 256, 1024), (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3), True,
-    ),
-}  # fmt: skip
+def same_at_every_size():
+    """`SIZES` of an experiment whose work does not depend on its size: None at each."""
+    return dict.fromkeys(SIZE_NAMES)
 
 
-def no_sgd_runs(budget: Budget) -> tuple[TrainConfig, ...]:
+def sizes_by_name():
+    """`SIZES` of an experiment whose drivers take a size by its name (the decoder drivers
+    of `sims.lm`, each with its own settings at `SIZE_NAMES`): each record is its name."""
+    return {name: name for name in SIZE_NAMES}
+
+
+def no_sgd_runs(size) -> tuple[TrainConfig, ...]:
     """The `configs` of an experiment that trains nothing."""
-    del budget
+    del size
     return ()
 
 
-def no_difference(budget: Budget, results: dict) -> dict:
+def no_difference(size, results: dict) -> dict:
     """`Experiment.predict` of a consistency check whose two computations should agree:
     their largest difference (results["max_difference"]) is predicted to be 0."""
-    del budget, results
+    del size, results
     return {"max_difference": 0.0}
-
-
-def drawn_in_figures(results: dict, predictions: dict):
-    """`Experiment.figure` of an experiment that `figures/<name>.py` draws.
-
-    It marks the experiment as having a figure; `figures.EXPERIMENTS` replaces it with the
-    figure module's `make` (sims never imports matplotlib).
-    """
-    raise RuntimeError("this figure is drawn in figures/: use weakspots.figures.EXPERIMENTS")
 
 
 @dataclass(frozen=True)
 class Experiment:
     """One experiment: its simulations, theory's predictions for them, and their comparison.
 
-    name: unique; names the figure's files and the experiment's results in the store.
-    run(budget) -> results; predict(budget, results) -> predictions; rows(results,
-    predictions) -> list[Row]. configs(budget): the SGD runs `run` trains
-    (`canonical.train`), declared so that a caller can train every experiment's runs at
-    once (`sims.experiments.train_planned`). version: bump it when the output changes
-    meaning (stored results are then recomputed). figure(results, predictions) -> a
-    matplotlib Figure, and its two-line caption: None for an experiment that is only a
-    table; `drawn_in_figures` in sims for one that `figures/` draws, which
-    `figures.EXPERIMENTS` replaces with the drawing (sims never imports matplotlib).
-    tables(results, predictions) -> list[Table]: tables for the report beside the rows
-    (None: none).
+    name: unique; names the experiment's results in the store and, for one with a figure,
+    the figure module that draws it (`figures.DRAWINGS[name]`) and the figure's files.
+    sizes: the experiment's own settings at each of `SIZE_NAMES` (its module's `SIZES`: a
+    small frozen record holding only what it uses, or None where nothing changes with
+    size). run(size) -> results; predict(size, results) -> predictions; rows(results,
+    predictions) -> list[Row], where `size` is the record `sizes[name]` (`size_of`).
+    configs(size): the SGD runs `run` trains (`canonical.train`), declared so that a
+    caller can train every experiment's runs at once (`sims.experiments.train_planned`).
+    version: bump it when the output changes meaning (stored results are then
+    recomputed). drawn: whether `figures/` draws it (sims never imports matplotlib, so
+    the drawing is found by name there). tables(results, predictions) -> list[Table]:
+    tables for the report beside the rows (None: none).
     """
 
     name: str
-    run: Callable[[Budget], dict]
-    predict: Callable[[Budget, dict], dict]
+    run: Callable[[Any], dict]
+    predict: Callable[[Any, dict], dict]
     rows: Callable[[dict, dict], list[Row]]
     _: KW_ONLY
+    sizes: Mapping[str, Any] = dataclasses.field(default_factory=same_at_every_size, hash=False)
     version: int = 1
-    configs: Callable[[Budget], Sequence[TrainConfig]] = no_sgd_runs
-    figure: Callable[[dict, dict], Any] | None = None
-    caption: tuple[str, ...] = ()
+    configs: Callable[[Any], Sequence[TrainConfig]] = no_sgd_runs
+    drawn: bool = False
     tables: Callable[[dict, dict], list[Table]] | None = None
 
     def __post_init__(self):
         for part in ("run", "predict", "rows", "tables"):  # float64 as the theory needs
             if getattr(self, part) is not None:
                 object.__setattr__(self, part, float64(getattr(self, part)))
+        if set(self.sizes) != set(SIZE_NAMES):
+            raise ValueError(f"{self.name}: sizes must be {SIZE_NAMES}, got {tuple(self.sizes)}")
+
+    def size_of(self, name: str):
+        """This experiment's own settings at size `name` (one of `SIZE_NAMES`)."""
+        return self.sizes[name]
 
     def replace(self, **changes) -> Experiment:
         return dataclasses.replace(self, **changes)
@@ -236,27 +205,31 @@ def jsonable(x):
 Part = Literal["run", "predict"]
 
 
-def _store_key(part: Part, experiment: Experiment, budget: Budget) -> dict:
+def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
+    record = experiment.size_of(size)
+    settings = dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record
     return {
         "part": part,
         "experiment": experiment.name,
         "version": experiment.version,
-        "budget": json.dumps(dataclasses.asdict(budget), sort_keys=True),
+        "size": size,
+        "settings": json.dumps(jsonable(settings), sort_keys=True),
     }
 
 
-def stored(store_dir, part: Part, experiment: Experiment, budget: Budget) -> bool:
-    """Whether `cached(store_dir, part, experiment, budget, ...)` would read the store."""
+def stored(store_dir, part: Part, experiment: Experiment, size: str) -> bool:
+    """Whether `cached(store_dir, part, experiment, size, ...)` would read the store."""
     return store_dir is not None and store.has_run(
-        store_dir, store.config_hash(_store_key(part, experiment, budget))
+        store_dir, store.config_hash(_store_key(part, experiment, size))
     )
 
 
-def cached(store_dir, part: Part, experiment: Experiment, budget: Budget, compute) -> dict:
-    """`compute()` as JSON-able data, once per (part, experiment, version, budget) in the store."""
+def cached(store_dir, part: Part, experiment: Experiment, size: str, compute) -> dict:
+    """`compute()` as JSON-able data, once per (part, experiment, version, size and its
+    settings) in the store."""
     if store_dir is None:
         return jsonable(compute())
-    key = _store_key(part, experiment, budget)
+    key = _store_key(part, experiment, size)
     run_hash = store.config_hash(key)
     if store.has_run(store_dir, run_hash):
         table = store.load(store_dir, on_damaged="skip")
@@ -290,10 +263,12 @@ class Evaluation(NamedTuple):
     rows: list[Row]
 
 
-def evaluate(experiment: Experiment, budget: Budget, store_dir=None) -> Evaluation:
-    """Run, predict and compare one experiment; results and predictions are kept in the store."""
-    results = cached(store_dir, "run", experiment, budget, lambda: experiment.run(budget))
+def evaluate(experiment: Experiment, size: str, store_dir=None) -> Evaluation:
+    """Run, predict and compare one experiment at size `size` (a name of `SIZE_NAMES`);
+    results and predictions are kept in the store."""
+    record = experiment.size_of(size)
+    results = cached(store_dir, "run", experiment, size, lambda: experiment.run(record))
     predictions = cached(
-        store_dir, "predict", experiment, budget, lambda: experiment.predict(budget, results)
+        store_dir, "predict", experiment, size, lambda: experiment.predict(record, results)
     )
     return Evaluation(results, predictions, list(experiment.rows(results, predictions)))

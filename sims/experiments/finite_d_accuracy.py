@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
@@ -14,7 +15,7 @@ from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
 from weakspots.sims.experiments.canonical import GAIN, STRIDE, correct_at_phase
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.train import DTYPE
 
 
@@ -62,23 +63,38 @@ def monte_carlo_accuracy(weights, chunks, dim, phase, samples, seed=0) -> float:
     return float(np.mean(np.asarray(ok)))
 
 
-def run(budget: Budget) -> dict:
+@dataclass(frozen=True)
+class Size:
+    """Monte Carlo needles per phase, and the dimensions d it is run at."""
+
+    mc_samples: int
+    dims: tuple[int, ...]
+
+
+SIZES = {
+    "tiny": Size(mc_samples=256, dims=(16, 64)),
+    "quick": Size(mc_samples=4096, dims=(16, 64, 256)),
+    "full": Size(mc_samples=16384, dims=(16, 32, 64, 128, 256, 1024)),
+}
+
+
+def run(size: Size) -> dict:
     """Monte Carlo accuracy of fixed pooling weights at several d (inner-product sampler)."""
     out = []
     for case in finite_d_cases():
         acc = [
             monte_carlo_accuracy(
-                case["weights"], case["chunks"], d, case["phase"], budget.mc_samples
+                case["weights"], case["chunks"], d, case["phase"], size.mc_samples
             )
-            for d in budget.dims
+            for d in size.dims
         ]
-        out.append({**case, "dims": list(budget.dims), "accuracy": acc})
-    return {"cases": out, "samples": budget.mc_samples}
+        out.append({**case, "dims": list(size.dims), "accuracy": acc})
+    return {"cases": out, "samples": size.mc_samples}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """Exact chi-conditioned formula (docs/theory.md §6.12) and §7.3's Gaussian approximation."""
-    del budget
+    del size
     dims = np.unique(np.round(np.geomspace(8, 2048, 40)).astype(int))
     out = []
     for case in results["cases"]:
@@ -118,4 +134,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("finite_d_accuracy", run, predict, rows, figure=drawn_in_figures)
+EXPERIMENT = Experiment("finite_d_accuracy", run, predict, rows, sizes=SIZES, drawn=True)

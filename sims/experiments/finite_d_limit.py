@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from weakspots.sims.check import flows_from_the_trainers_start, reduced_weights
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import flows_from_the_trainers_start, reduced_weights
 
 CORRECTED_DIM = 256
 # An allowance, not derived: the slope is fitted to a few dims, and each distance carries
@@ -13,11 +15,26 @@ CORRECTED_DIM = 256
 SLOPE_ATOL = 0.3
 
 
-def run(budget: Budget) -> dict:
+@dataclass(frozen=True)
+class Size:
+    """The dimensions d of the finite-d flows (CORRECTED_DIM among them), and its sample's
+    problems."""
+
+    dims: tuple[int, ...]
+    samples: int
+
+
+SIZES = {
+    "tiny": Size((64, 256, 1024), 4096),
+    "quick": Size((64, 256, 1024), 4096),
+    "full": Size((64, 128, 256, 512, 1024), 16384),
+}
+
+
+def run(size: Size) -> dict:
     """Max abs distance of the finite-d flow (trainer's start, fixed sample) to the reduced
     flow at each d, to the L_d flow at d = 256, and to the same flow on a second sample."""
-    dims = (64, 256, 1024) if budget.quick else (64, 128, 256, 512, 1024)
-    samples = 4096 if budget.quick else 16384
+    dims, samples = size.dims, size.samples
     ts, finite, start = flows_from_the_trainers_start(dims, samples)
     distance = np.max(np.abs(finite - reduced_weights(start, ts)), axis=(1, 2, 3))
     at = dims.index(CORRECTED_DIM)
@@ -32,10 +49,10 @@ def run(budget: Budget) -> dict:
     }
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """The finite-d correction is O(1/d) (theory.finite_d): slope -1 in log-log; the L_d flow
     is the finite flow's expectation: a difference of 0 up to the sample's own noise."""
-    del budget, results
+    del size, results
     return {"slope": -1.0, "corrected": 0.0}
 
 
@@ -69,4 +86,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("finite_d_limit", run, predict, rows)
+EXPERIMENT = Experiment("finite_d_limit", run, predict, rows, sizes=SIZES)

@@ -11,7 +11,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import footprint, selection
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
 
 # Footprint: s=5, W=8 (q=1, rho=3), g 0.45, g_D 0.7, N=21, mean pooling, d = 10^6, gain 1
 FOOTPRINT = dict(stride=5, chunks=21, window=8, carry_gain=0.45, decoy_gain=0.7)
@@ -20,14 +20,13 @@ SELECTION = dict(stride=4, chunks=40, topk=4, dim=16)
 INDEX_WEIGHTS = np.array([0.4, 0.3, 0.2, 0.1])
 
 
-def _samples(budget: Budget) -> int:
-    return {"full": 40_000, "quick": 8000}.get(budget.name, 2000)
+SIZES = {"tiny": 2000, "quick": 8000, "full": 40_000}  # Monte Carlo samples of each model
 
 
-def run(budget: Budget) -> dict:
+def run(samples: int) -> dict:
     """Monte Carlo of both finite-d models: the footprint's per-phase loss N/(N-1)(1 - M)^2
     under mean pooling at d = 10^6, and the selection model's per-phase miss fraction."""
-    n = _samples(budget)
+    n = samples
     config = footprint.FootprintTrainConfig(
         **FOOTPRINT, dim=10**6, gain=1.0, operator="mean_pool", eval_samples=n
     )
@@ -54,9 +53,9 @@ def run(budget: Budget) -> dict:
     }
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(samples: int, results: dict) -> dict:
     """theory.footprint_flat_retrieval (§9.4.1) and theory.topk_phase_miss_probability (§9.5)."""
-    del budget, results
+    del samples, results
     f = FOOTPRINT
     m = theory.footprint_flat_retrieval(
         f["stride"], f["window"], f["chunks"], f["carry_gain"], f["decoy_gain"]
@@ -97,4 +96,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("footprint_selection", run, predict, rows)
+EXPERIMENT = Experiment("footprint_selection", run, predict, rows, sizes=SIZES)

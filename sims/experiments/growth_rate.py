@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 
 import numpy as np
 
 from weakspots import theory
-from weakspots.sims.check import mode_norms, order_parameter
 from weakspots.sims.experiments.canonical import (
     GAIN,
     STRIDE,
@@ -15,13 +16,30 @@ from weakspots.sims.experiments.canonical import (
     random_starts,
     solve_from,
 )
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import mode_norms, order_parameter
 
 
-def flow_configs(budget: Budget) -> list[tuple[int, int, float, int]]:
+@dataclass(frozen=True)
+class Size:
+    """Reduced-flow starts per config, and whether the panel adds strides 4 and 16 and two
+    heads to its configs."""
+
+    flow_starts: int
+    more_configs: bool
+
+
+SIZES = {
+    "tiny": Size(flow_starts=2, more_configs=False),
+    "quick": Size(flow_starts=8, more_configs=False),
+    "full": Size(flow_starts=32, more_configs=True),
+}
+
+
+def flow_configs(size: Size) -> list[tuple[int, int, float, int]]:
     """(stride, chunks, gain, heads) of the growth-rate panel."""
     configs = [(STRIDE, n, g, 1) for n in (20, 32, 64, 128, 256) for g in (12.0, 16.0, 24.0)]
-    if not budget.quick:
+    if size.more_configs:
         configs += [(s, 64, g, 1) for s in (4, 16) for g in (8.0, 16.0, 24.0)]
         configs += [(STRIDE, n, GAIN, 2) for n in (32, 64, 256)]
     return [c for c in configs if theory.growth_rate(c[0], c[1], c[2], c[3]) > 1e-3]
@@ -33,7 +51,7 @@ THRESHOLD_CHUNKS = (12, 13, 14, 15, 16, 17, 18, 20)  # N counts chunks
 def measure_growth_rate(stride, chunks, gain, heads, starts, lam_guess) -> dict:
     """Exponential rates in the reduced flow from tiny starts, per start (least squares).
 
-    Fits the log of each mode's amplitude (`sims.check.mode_norms`) against t over the second
+    Fits the log of each mode's amplitude (`measure.mode_norms`) against t over the second
     half of a window where delta stays below 1e-3 (the linear regime). Returns
     {"rates": the fastest mode's (common for one head, differential for several),
     "common_rates": the common mode's}. Each mode is fitted alone: delta itself mixes the
@@ -56,27 +74,27 @@ def measure_growth_rate(stride, chunks, gain, heads, starts, lam_guess) -> dict:
     return {"rates": fit(common if heads == 1 else differential), "common_rates": fit(common)}
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """Growth rates of delta in the reduced flow: across configs, and across N at gain 16."""
     configs = []
-    for i, (s, n, g, h) in enumerate(flow_configs(budget)):
-        starts = random_starts(budget.flow_starts, h, s, 1e-6, seed=10 + i)
+    for i, (s, n, g, h) in enumerate(flow_configs(size)):
+        starts = random_starts(size.flow_starts, h, s, 1e-6, seed=10 + i)
         lam = float(theory.growth_rate(s, n, g, h))
         rates = measure_growth_rate(s, n, g, h, starts, lam)
         configs.append({"stride": s, "chunks": n, "gain": g, "heads": h, **rates})
     sweep = []
     for i, n in enumerate(THRESHOLD_CHUNKS):
-        starts = random_starts(budget.flow_starts, 1, STRIDE, 1e-6, seed=100 + i)
+        starts = random_starts(size.flow_starts, 1, STRIDE, 1e-6, seed=100 + i)
         lam = float(theory.growth_rate(STRIDE, n, GAIN))
         rates = measure_growth_rate(STRIDE, n, GAIN, 1, starts, lam)["rates"]
         sweep.append({"chunks": n, "rates": rates})
     return {"configs": configs, "threshold_sweep": sweep}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """lambda of docs/theory.md §6.2 (differential rate for several heads, and their common
     rate) and N_c of §6.3."""
-    del budget
+    del size
     chunks = np.linspace(min(THRESHOLD_CHUNKS), max(THRESHOLD_CHUNKS), 200)
     rates = [
         theory.growth_rates(c["stride"], c["chunks"], c["gain"], c["heads"])
@@ -148,4 +166,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("growth_rate", run, predict, rows, version=2, figure=drawn_in_figures)
+EXPERIMENT = Experiment(
+    "growth_rate", run, predict, rows, sizes=SIZES, version=2, drawn=True
+)

@@ -2,29 +2,47 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.experiments.canonical import base_config, train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.canonical import TRAINING, Training, base_config, train
+from weakspots.sims.experiments.experiment import Experiment, Row
+
+
+@dataclass(frozen=True)
+class Size:
+    """SGD training, its head counts, and needles per phase for the interventions."""
+
+    training: Training
+    heads: tuple[int, ...]
+    ablate_samples: int
+
+
+SIZES = {
+    "tiny": Size(TRAINING["tiny"], (1, 2), ablate_samples=16),
+    "quick": Size(TRAINING["quick"], (1, 2, 4, 8), ablate_samples=128),
+    "full": Size(TRAINING["full"], (1, 2, 4, 8), ablate_samples=512),
+}
 from weakspots.sims.interventions import ablate
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """One canonical run (seed 0) per head count in budget.heads."""
-    return [base_config(budget, heads=h) for h in budget.heads]
+def configs(size: Size) -> list[TrainConfig]:
+    """One canonical run (seed 0) per head count in size.heads."""
+    return [base_config(size.training, heads=h) for h in size.heads]
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """Ablation maps (accuracy drop when head h is removed, per phase), measured and predicted
     (theory.interventions.ablation_effect from each model's learned pooling weights)."""
-    runs_configs = configs(budget)
+    runs_configs = configs(size)
     maps = []
     for c, r in zip(runs_configs, train(runs_configs), strict=True):
         res = ablate(
             c,
             r.model,
-            samples=budget.ablate_samples,
+            samples=size.ablate_samples,
             predictions=("effect",),
             pooling_patches=False,  # the figure shows the ablation effect alone
         )
@@ -42,9 +60,9 @@ def run(budget: Budget) -> dict:
     return {"maps": maps}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """The head-averaged readout's ablation effect, computed with the runs (`run`)."""
-    del budget
+    del size
     return {
         "maps": [{"heads": m["heads"], "effect": m["predicted_effect"]} for m in results["maps"]]
     }
@@ -52,7 +70,7 @@ def predict(budget: Budget, results: dict) -> dict:
 
 # An allowance, not derived: the head-averaged readout approximates the other distractors'
 # partition by its mean (theory.interventions), and the measured effect carries the
-# binomial noise of budget.ablate_samples needles per phase in every cell of the sum.
+# binomial noise of size.ablate_samples needles per phase in every cell of the sum.
 ABLATION_RTOL = 0.15
 
 
@@ -80,5 +98,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "head_ablation", run, predict, rows, configs=configs, version=2, figure=drawn_in_figures
+    "head_ablation", run, predict, rows, sizes=SIZES, configs=configs, version=2, drawn=True
 )

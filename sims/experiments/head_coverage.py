@@ -6,17 +6,18 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import CHUNKS, GAIN, STRIDE, normal_half_width
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, keyed_starts, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 HEADS = 2
 STARTS = 8  # flows, at init scales spread over 1e-4 .. 0.3
+SIZES = {"tiny": 16, "quick": 16, "full": 64}  # isotropic starts of the coverage prediction
 
 
-def run(budget: Budget) -> dict:
+def run(samples: int) -> dict:
     """Coverage outcome (theory.coverage_summary) of each flow at t = 40000."""
-    del budget
+    del samples
     config = FlowConfig(stride=STRIDE, chunks=CHUNKS, heads=HEADS, gain=GAIN, t1=40000.0)
     starts = keyed_starts(7, STARTS, HEADS, STRIDE, np.geomspace(1e-4, 0.3, STARTS))
     hist = solve_from([config] * STARTS, starts)
@@ -24,10 +25,9 @@ def run(budget: Budget) -> dict:
     return {"outcomes": outcomes}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(samples: int, results: dict) -> dict:
     """theory.predicted_coverage: outcome -> probability over isotropic starts."""
     del results
-    samples = 16 if budget.quick else 64
     dist = theory.predicted_coverage(STRIDE, CHUNKS, GAIN, HEADS, samples=samples)
     return {
         "outcomes": [list(key) for key in dist],
@@ -69,4 +69,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("head_coverage", run, predict, rows)
+EXPERIMENT = Experiment("head_coverage", run, predict, rows, sizes=SIZES)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.metrics import specialization_index, support_size
-from weakspots.sims.check import order_parameter
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     EVENT_LEVEL,
@@ -17,15 +17,30 @@ from weakspots.sims.experiments.canonical import (
     random_starts,
     solve_from,
 )
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import order_parameter
 from weakspots.theory.gain import race_exponent
 
 INIT_SCALE = 0.01  # the flows' initial pooling logits: INIT_SCALE * N(0, 1)
 
 
-def run(budget: Budget) -> dict:
+@dataclass(frozen=True)
+class Size:
+    """The weight decays of the learned-gain flows."""
+
+    weight_decays: tuple[float, ...]
+
+
+SIZES = {
+    "tiny": Size((0.0, 1e-3)),
+    "quick": Size((0.0, 1e-4, 3e-4, 1e-3)),
+    "full": Size((0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3)),
+}
+
+
+def run(size: Size) -> dict:
     """Reduced flow with the gain learned from 1 under weight decay wd: gain, specialisation."""
-    wds = np.asarray(budget.weight_decays, float)
+    wds = np.asarray(size.weight_decays, float)
     ts = np.concatenate([[0.0], np.geomspace(1.0, 2e5, 120)])
     starts = random_starts(len(wds), 1, STRIDE, INIT_SCALE, seed=7)
     configs = [
@@ -48,13 +63,13 @@ def run(budget: Budget) -> dict:
     }
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """beta_c (docs/theory.md §6.3), the uniform-state equilibrium gain per wd
     (theory.weight_decay_equilibrium_gain), the race (theory.gain.race_exponent: the
     instability wins when log delta_0 + max_t int lambda(beta(t)) dt reaches log 0.25, the
     event of theory.specialization_time, along the uniform-state gain path) and the end
     state (theory.learned_gain_outcome: support size and gain at t_end)."""
-    del budget
+    del size
     beta_c = float(theory.critical_gain(CHUNKS, STRIDE))
     t_end = float(results["times"][-1])
     out = {
@@ -135,4 +150,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("learned_gain", run, predict, rows, version=5, figure=drawn_in_figures)
+EXPERIMENT = Experiment(
+    "learned_gain", run, predict, rows, sizes=SIZES, version=5, drawn=True
+)

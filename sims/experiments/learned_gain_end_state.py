@@ -6,9 +6,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import CHUNKS, STRIDE
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+
+from weakspots.sims.experiments.canonical import CHUNKS, STRIDE, keyed_starts, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.learned_gain import FINAL_GAIN_RTOL
 
 # docs/theory.md §6.6's grid of weight decays, and two between
@@ -21,9 +21,9 @@ T_END = 2e5
 RACE_RTOL = 0.05
 
 
-def run(budget: Budget) -> dict:
+def run(size: None) -> dict:
     """Final support size and gain, and the specialisation time, of each flow (gain from 1)."""
-    del budget
+    del size
     configs = [
         FlowConfig(
             stride=STRIDE,
@@ -44,10 +44,10 @@ def run(budget: Budget) -> dict:
     }
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: None, results: dict) -> dict:
     """theory.learned_gain_outcome (race, then the re-entry ladder) per flow, and the time
     the race is won at wd = 3e-4 (theory.gain_race)."""
-    del budget, results
+    del size, results
     outcomes = [
         theory.learned_gain_outcome(STRIDE, CHUNKS, 1.0, wd, scale, T_END, "linear")
         for wd, scale in zip(WEIGHT_DECAYS, INIT_SCALES, strict=True)

@@ -2,26 +2,38 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import normal_half_width
 from weakspots.sims.experiments.canonical import random_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import SIZE_NAMES, Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 STRIDE, CHUNKS, WEIGHT_DECAY, INIT_SCALE, T_END = 6, 40, 2e-3, 0.01, 2e5
 GAIN_RTOL = 1e-3  # the flows and the law's ladder reach the same fixed point: solver tolerance
 
 
-def _flows(budget: Budget) -> int:
-    return {"full": 128, "quick": 16}.get(budget.name, 8)
+@dataclass(frozen=True)
+class Size:
+    """Reduced flows run, and the law's sampled starts."""
+
+    flows: int
+    law_samples: int
 
 
-def run(budget: Budget) -> dict:
+SIZES = {
+    name: Size(flows, law_samples)
+    for name, flows, law_samples in zip(SIZE_NAMES, (8, 16, 128), (32, 64, 512), strict=True)
+}
+
+
+def run(size: Size) -> dict:
     """Final support size and gain of reduced flows, gain learned (linear) from 1 under weight
     decay, from starts INIT_SCALE * N(0, 1)."""
-    n = _flows(budget)
+    n = size.flows
     config = FlowConfig(
         stride=STRIDE, chunks=CHUNKS, gain=1.0, learn_gain=True, weight_decay=WEIGHT_DECAY,
         gain_parametrisation="linear", t1=T_END,
@@ -34,11 +46,11 @@ def run(budget: Budget) -> dict:
     }
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """theory.learned_gain_law (docs/theory.md §9.1, §6.6): the race with the gain, then the
     re-entry ladder."""
     del results
-    samples = {"full": 512, "quick": 64}.get(budget.name, 32)
+    samples = size.law_samples
     law = theory.learned_gain_law(
         STRIDE, CHUNKS, 1.0, WEIGHT_DECAY, INIT_SCALE, T_END, "linear", samples=samples, seed=3
     )
@@ -82,4 +94,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("learned_gain_law", run, predict, rows)
+EXPERIMENT = Experiment("learned_gain_law", run, predict, rows, sizes=SIZES)

@@ -7,9 +7,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import STRIDE, fitted_rates
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import STRIDE, keyed_starts, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import fitted_rates
 
 # Per loss: (key seed, chunks, gains, start scale, atol, configs shown as rows).
 CASES = {
@@ -38,9 +38,9 @@ def early_rates(seed, chunks, gains, init_scale, atol, loss) -> np.ndarray:
     return common
 
 
-def run(budget: Budget) -> dict:
+def run(size: None) -> dict:
     """Per loss, the measured rate of every config (`early_rates`)."""
-    del budget
+    del size
     out = {}
     for loss, (seed, chunks, gains, scale, atol, _) in CASES.items():
         rates = early_rates(seed, chunks, gains, scale, atol, loss)
@@ -48,9 +48,9 @@ def run(budget: Budget) -> dict:
     return out
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: None, results: dict) -> dict:
     """lambda = -(N/(N-1)) beta^2/s^3 l''(beta/s) (theory.growth_rate), per loss and config."""
-    del budget
+    del size
     return {
         loss: theory.growth_rate(
             STRIDE, np.asarray(r["chunks"], float), np.asarray(r["gains"], float), loss=loss

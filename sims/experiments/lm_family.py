@@ -1,4 +1,4 @@
-"""The decoder family under one budget: the weak-spot gap by operator x stride x context
+"""The decoder family trained alike: the weak-spot gap by operator x stride x context
 (`sims.lm.family`).
 
 The compressed cells are measurements the figure shows (`delta_max`, and whether the worst
@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import math
 
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 from weakspots.sims.lm import family
 
 
-def run(budget: Budget) -> dict:
-    """Train the grid of `family.SIZES[budget.name]`, seeds pooled per cell."""
-    return family.run(budget.name)
+def run(size: str) -> dict:
+    """Train the grid of `family.SIZES[size]`, seeds pooled per cell."""
+    return family.run(size)
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: str, results: dict) -> dict:
     """No phase effect in the dense control at any stride or context."""
-    del budget, results
+    del size, results
     return {"dense_delta_max": 0.0}
 
 
@@ -72,4 +72,6 @@ def _dense_rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("lm_family", run, predict, rows, version=3, figure=drawn_in_figures)
+EXPERIMENT = Experiment(
+    "lm_family", run, predict, rows, sizes=sizes_by_name(), version=3, drawn=True
+)

@@ -16,7 +16,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.lm_config import RecallTask
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, Table, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
 from weakspots.sims.lm import study
 
 MECHANISM_DESIGNS = ("mean_s4_p8", "mean_s8_p8", "mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")
@@ -27,21 +27,21 @@ KEPT = (
 )  # fmt: skip
 
 
-def design_reports(designs: tuple[str, ...], budget: Budget) -> dict:
-    """The `lm ablate` reports of `designs` (`sims.lm.study.reports` at the budget's size),
+def design_reports(designs: tuple[str, ...], size: str) -> dict:
+    """The `lm ablate` reports of `designs` (`sims.lm.study.reports` at `size`),
     each cut to the `KEPT` keys."""
-    found = study.reports(designs, budget.name)
+    found = study.reports(designs, size)
     return {
-        "size": budget.name,
+        "size": size,
         "designs": {n: {k: r.get(k) for k in KEPT} for n, r in found.items()},
     }
 
 
-def run(budget: Budget) -> dict:
+def run(size: str) -> dict:
     """Every mechanism design's `lm ablate` report; at quick also the designs recorded again
     with per-seed accuracies (`study.rerecorded`), under `rerecorded`."""
-    out = design_reports(MECHANISM_DESIGNS, budget)
-    if budget.name == "quick":
+    out = design_reports(MECHANISM_DESIGNS, size)
+    if size == "quick":
         again = {n: study.rerecorded(n) for n in study.DESIGNS}
         out["rerecorded"] = {
             n: {k: r.get(k) for k in KEPT} for n, r in again.items() if r is not None
@@ -91,9 +91,9 @@ def toy_delta_max(report: dict) -> float:
     return float(np.mean(per_seed))
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: str, results: dict) -> dict:
     """The toy's weak spot per design, from the design's own pooling weights and gain."""
-    del budget
+    del size
     return {"delta_max": {n: toy_delta_max(r) for n, r in results["designs"].items()}}
 
 
@@ -162,7 +162,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         )
     note = (
         "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in sims/lm/runs/ at the "
-        "quick budget, retrained at full): the worst and best value phase with 95% intervals "
+        "quick size, retrained at full): the worst and best value phase with 95% intervals "
         "(the seeds as clusters where the report holds per-seed accuracies, as the design "
         "column says; "
         "Wilson with outcomes pooled over seeds in older recordings), delta_max against its "
@@ -217,5 +217,12 @@ def tables(results: dict, predictions: dict) -> list[Table]:
 
 
 EXPERIMENT = Experiment(
-    "lm_mechanism", run, predict, rows, version=2, figure=drawn_in_figures, tables=tables
+    "lm_mechanism",
+    run,
+    predict,
+    rows,
+    sizes=sizes_by_name(),
+    version=2,
+    drawn=True,
+    tables=tables,
 )

@@ -30,7 +30,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import metrics
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 from weakspots.sims.lm import study
 from weakspots.sims.lm.evaluate import report_noise_floor
 
@@ -38,15 +38,15 @@ MITIGATED = ("mean_s8", "softmax_s8")
 TRAINED = tuple(study.TRAINED_MITIGATIONS)
 
 
-def run(budget: Budget) -> dict:
+def run(size: str) -> dict:
     """Per design: the intact per-phase accuracy and the ensembles' (recorded at quick); per
     trained mitigation: its base design and variant measured (`study.trained_mitigation`)."""
     out = {}
     for name in MITIGATED:
-        if budget.name == "quick":
+        if size == "quick":
             found, intact = study.recorded_mitigations(name), study.recorded(name)
         else:
-            found, intact = study.mitigations(name, budget.name), study.measure(name, budget.name)
+            found, intact = study.mitigations(name, size), study.measure(name, size)
         out[name] = {
             "config": found["config"],
             "seeds": found["seeds"],
@@ -56,16 +56,16 @@ def run(budget: Budget) -> dict:
         }
     trained = {
         name: study.recorded_trained_mitigation(name)
-        if budget.name == "quick"
-        else study.trained_mitigation(name, budget.name)
+        if size == "quick"
+        else study.trained_mitigation(name, size)
         for name in TRAINED
     }
-    return {"size": budget.name, "designs": out, "trained": trained}
+    return {"size": size, "designs": out, "trained": trained}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: str, results: dict) -> dict:
     """The toy's ensemble accuracy per phase from each design's intact accuracy."""
-    del budget
+    del size
     out = {"trained": {n: toy_prediction(r) for n, r in results.get("trained", {}).items()}}
     for name, r in results["designs"].items():
         dim = r["config"]["d_model"] // r["config"]["heads"]
@@ -169,4 +169,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out + trained_rows(results, predictions)
 
 
-EXPERIMENT = Experiment("lm_mitigations", run, predict, rows, version=3, figure=drawn_in_figures)
+EXPERIMENT = Experiment(
+    "lm_mitigations", run, predict, rows, sizes=sizes_by_name(), version=3, drawn=True
+)

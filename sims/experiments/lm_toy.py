@@ -29,7 +29,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized import metrics
 from weakspots.sims.experiments import lm_mechanism
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, Table, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
 from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights, design_reports
 
 TOY_DESIGNS = (
@@ -42,9 +42,9 @@ STRIDE_PAIRS = (
 )  # (s = 4, s = 8) designs alike in all else
 
 
-def run(budget: Budget) -> dict:
+def run(size: str) -> dict:
     """Each toy-comparison design's `lm ablate` report."""
-    return design_reports(TOY_DESIGNS, budget)
+    return design_reports(TOY_DESIGNS, size)
 
 
 def delta(report: dict) -> float:
@@ -63,9 +63,9 @@ def measured_support(report: dict) -> float:
     return math.nan if w is None else float(np.mean(metrics.support_size(w)))
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: str, results: dict) -> dict:
     """Toy: no weak spot for fixed pooling; N_c and the support size at the measured gain."""
-    del budget
+    del size
     designs = results["designs"]
     out = {"fixed_pooling_delta_max": 0.0, "support": {}, "critical_chunks": {}}
     for name in ("softmax_s8", "softmax_s8_wd"):
@@ -224,5 +224,5 @@ def tables(results: dict, predictions: dict) -> list[Table]:
 
 
 EXPERIMENT = Experiment(
-    "lm_toy", run, predict, rows, version=2, figure=drawn_in_figures, tables=tables
+    "lm_toy", run, predict, rows, sizes=sizes_by_name(), version=2, drawn=True, tables=tables
 )

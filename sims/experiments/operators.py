@@ -1,14 +1,17 @@
-"""Operators: delta_max, psc and mean accuracy of each compression operator under one budget."""
+"""Operators: delta_max, psc and mean accuracy of each compression operator, trained alike."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.check import normal_half_width
+from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.uniform_state import predicted_support
 from weakspots.sims.interventions import compare_operators, operator_configs
 
@@ -16,30 +19,48 @@ GRAM_OPERATORS = ("softmax_pool", "mean_pool", "linear")
 KEY_OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
 
 
-def operators_at(budget: Budget) -> tuple[str, ...]:
-    """The operators trained at this budget (the real-key ones only where it says so)."""
-    return GRAM_OPERATORS + (KEY_OPERATORS if budget.real_keys else ())
+@dataclass(frozen=True)
+class Size:
+    """SGD training and seeds per operator, whether the real-key operators are trained, and
+    isotropic directions for the support-size prediction."""
+
+    training: canonical.Training
+    seeds: int
+    real_keys: bool
+    support_samples: int
 
 
-def evaluated_once(budget: Budget) -> TrainConfig:
+SIZES = {
+    "tiny": Size(canonical.TRAINING["tiny"], seeds=1, real_keys=False, support_samples=8),
+    "quick": Size(canonical.TRAINING["quick"], seeds=2, real_keys=False, support_samples=32),
+    "full": Size(canonical.TRAINING["full"], seeds=8, real_keys=True, support_samples=256),
+}
+
+
+def operators_at(size: Size) -> tuple[str, ...]:
+    """The operators trained at this size (the real-key ones only where it says so)."""
+    return GRAM_OPERATORS + (KEY_OPERATORS if size.real_keys else ())
+
+
+def evaluated_once(size: Size) -> TrainConfig:
     """The canonical config evaluated only at the end of training."""
     # Only the final evaluation is reported, and evaluating never touches a run's random
     # stream, so one evaluation at the end gives the same numbers (bit for bit): a
     # real-key operator redraws its held-out keys (s * eval_samples needles of N s d
     # numbers) at every evaluation, which at `eval_every=10` costs more than training.
-    return base_config(budget, eval_every=budget.steps)
+    return base_config(size.training, eval_every=size.training.steps)
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """Every operator of this budget at each of budget.seeds seeds, evaluated once at the end."""
-    runs = operator_configs(evaluated_once(budget), operators_at(budget), range(budget.seeds))
+def configs(size: Size) -> list[TrainConfig]:
+    """Every operator of this size at each of size.seeds seeds, evaluated once at the end."""
+    runs = operator_configs(evaluated_once(size), operators_at(size), range(size.seeds))
     return [c for operator in runs.values() for c in operator]
 
 
-def run(budget: Budget) -> dict:
-    """delta_max, psc and mean accuracy of each compression operator, same budget, over seeds."""
-    ops = operators_at(budget)
-    out = compare_operators(evaluated_once(budget), ops, list(range(budget.seeds)), train=train)
+def run(size: Size) -> dict:
+    """delta_max, psc and mean accuracy of each compression operator, same training, over seeds."""
+    ops = operators_at(size)
+    out = compare_operators(evaluated_once(size), ops, list(range(size.seeds)), train=train)
     return {
         "operators": list(ops),
         "results": out,
@@ -55,7 +76,7 @@ SUPPORT_TOLERANCE = 0.5 / 8  # relative: the seed-mean support size within half 
 NOISE_LEVEL = 0.95  # the mean_pool row's tolerance: this interval of the seed mean
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """softmax_pool: the most probable k-state (docs/theory.md §6.4) at d = 64; mean_pool:
     uniform pooling; deepseek_v4: uniform pooling of the unit-normalised key
     (theory.operators).
@@ -63,10 +84,10 @@ def predict(budget: Budget, results: dict) -> dict:
     mean_pool learns no pooling, so its delta_max is the held-out binomial error of s equal
     phase accuracies (theory.delta_max_distribution with no pooling part): the prediction is
     its expected value, the tolerance the wider side of the predicted 95% interval of the
-    mean over this budget's seeds.
+    mean over this size's seeds.
 
-    deepseek_v4 (only trained at budgets with real-key operators; the prediction is cheap, so
-    it is made at every budget): at the canonical config its uniform pooling
+    deepseek_v4 (only trained at sizes with real-key operators; the prediction is cheap, so
+    it is made at every size): at the canonical config its uniform pooling
     is stable (theory.normalised_growth_rate < 0: every zero-sum mode of `ape` decays;
     N_c far above N), so the support is all s phases and every phase has the normalised
     key's uniform accuracy (theory.normalised_phase_accuracy, not mean_pool's: the norm
@@ -80,7 +101,7 @@ def predict(budget: Budget, results: dict) -> dict:
     """
     del results
 
-    sizes, probs, _ = predicted_support(STRIDE, CHUNKS, GAIN, budget.support_samples)
+    sizes, probs, _ = predicted_support(STRIDE, CHUNKS, GAIN, size.support_samples)
     k = int(sizes[np.argmax(probs)])
     out = {}
     for name, acc in (
@@ -109,9 +130,9 @@ def predict(budget: Budget, results: dict) -> dict:
         uniform = out[name]["mean_accuracy"]
         floor = theory.delta_max_distribution(
             0.0,
-            np.sqrt(uniform * (1 - uniform) / budget.eval_samples),
+            np.sqrt(uniform * (1 - uniform) / size.training.eval_samples),
             STRIDE,
-            seeds=budget.seeds,
+            seeds=size.seeds,
             level=NOISE_LEVEL,
         )
         low, high = floor["mean_of_seeds_interval"]
@@ -124,7 +145,7 @@ def predict(budget: Budget, results: dict) -> dict:
     # so its mean accuracy differs from the formula's by that set's binomial error alone.
     uniform = out["mean_pool"]["mean_accuracy"]
     out["mean_pool"]["mean_accuracy_tolerance"] = normal_half_width(
-        uniform * (1 - uniform) / (STRIDE * budget.eval_samples)
+        uniform * (1 - uniform) / (STRIDE * size.training.eval_samples)
     )
     return out
 
@@ -163,5 +184,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "operators", run, predict, rows, configs=configs, version=4, figure=drawn_in_figures
+    "operators", run, predict, rows, sizes=SIZES, configs=configs, version=4, drawn=True
 )

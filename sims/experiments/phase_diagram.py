@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,34 +11,56 @@ from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import specialization_index, support_size
 from weakspots.sims.experiments.canonical import (
+    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    Training,
     base_config,
     base_flow,
     random_starts,
     solve_from,
     train,
 )
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.uniform_state import uniform_escape
 
 ESCAPE_GAINS = (12.0, 16.0, 20.0, 24.0, 28.0, 32.0)  # the derived boundary's gains (full)
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """The SGD points: N across budget.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
-    points = [(n, GAIN) for n in budget.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
-    return [base_config(budget, chunks=n, gain=g) for n, g in points]
+@dataclass(frozen=True)
+class Size:
+    """SGD training and its N at gain 16, flow cells per axis, and whether the escape
+    boundary is drawn over every gain of ESCAPE_GAINS (else gain 16 only)."""
+
+    training: Training
+    chunks_sweep: tuple[int, ...]
+    grid: int
+    every_escape_gain: bool
 
 
-def run(budget: Budget) -> dict:
+SIZES = {
+    "tiny": Size(TRAINING["tiny"], (12, 64), grid=3, every_escape_gain=False),
+    "quick": Size(TRAINING["quick"], (12, 24, 64, 256), grid=10, every_escape_gain=False),
+    "full": Size(
+        TRAINING["full"], (12, 16, 20, 24, 32, 64, 128, 256), grid=24, every_escape_gain=True
+    ),
+}
+
+
+def configs(size: Size) -> list[TrainConfig]:
+    """The SGD points: N across size.chunks_sweep at gain 16, and gains 12, 24, 32 at N = 64."""
+    points = [(n, GAIN) for n in size.chunks_sweep] + [(CHUNKS, g) for g in (12.0, 24.0, 32.0)]
+    return [base_config(size.training, chunks=n, gain=g) for n, g in points]
+
+
+def run(size: Size) -> dict:
     """Specialisation index of the reduced flow at t = 1200 over (N, gain/stride), and SGD's."""
-    chunks = np.unique(np.round(np.geomspace(4, 512, budget.grid)).astype(int))
-    ratios = np.linspace(1.0, 5.0, budget.grid)
+    chunks = np.unique(np.round(np.geomspace(4, 512, size.grid)).astype(int))
+    ratios = np.linspace(1.0, 5.0, size.grid)
     nn, rr = np.meshgrid(chunks, ratios, indexing="ij")
-    t_end = float(budget.steps * 2.0)
+    t_end = float(size.training.steps * 2.0)
     starts = random_starts(nn.size, 1, STRIDE, 0.01, seed=3)
     ts = np.linspace(0.0, t_end, 3)
     configs_ode = [
@@ -46,7 +69,7 @@ def run(budget: Budget) -> dict:
     ]
     ode = solve_from(configs_ode, starts, ts)
     index = specialization_index(ode.pooling_weights[:, -1, 0]).reshape(nn.shape)
-    sgd_configs = configs(budget)
+    sgd_configs = configs(size)
     sgd = []
     for c, r in zip(sgd_configs, train(sgd_configs), strict=True):
         w = np.asarray(r.model.pooling_weights(), float)
@@ -61,28 +84,28 @@ def run(budget: Budget) -> dict:
     return {"chunks": chunks, "ratios": ratios, "index": index, "t_end": t_end, "sgd": sgd}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """The critical curve N_c = 1 + 2 exp(gain/stride) (docs/theory.md §6.3), N_c(d) at the
     SGD runs' d and gain 16 from the finite-d loss (theory.critical_chunks_finite_d), the N
-    past which a run leaves uniform pooling within its budget from the SGD recursion
+    past which a run leaves uniform pooling within its training from the SGD recursion
     (`escape_chunks`), and the derived boundary N_esc(d, lr, B, steps) over gain
-    (`escape_boundary`: theory.escape_boundary_curve, at gain 16 only below the full budget)."""
+    (`escape_boundary`: theory.escape_boundary_curve, at gain 16 only below the full size)."""
     ratios = np.linspace(min(results["ratios"]), max(results["ratios"]), 200)
-    sgd = base_config(budget)
-    gains = ESCAPE_GAINS if not budget.quick else (GAIN,)
+    sgd = base_config(size.training)
+    gains = ESCAPE_GAINS if size.every_escape_gain else (GAIN,)
     return {
         "ratios": ratios.tolist(),
         "critical_chunks": (1 + 2 * np.exp(ratios)).tolist(),
         "critical_chunks_finite_d": theory.critical_chunks_finite_d(GAIN, STRIDE, DIM),
-        **escape_chunks(budget),
+        **escape_chunks(size.training),
         "escape_boundary": theory.escape_boundary_curve(
-            STRIDE, gains, DIM, sgd.lr, sgd.batch, budget.steps
+            STRIDE, gains, DIM, sgd.lr, sgd.batch, sgd.steps
         ),
     }
 
 
-def escape_chunks(budget: Budget) -> dict:
-    """N at which half the SGD runs (lr 2, this budget's steps) leave uniform pooling, at gain 16.
+def escape_chunks(training: Training) -> dict:
+    """N at which half the SGD runs (lr 2, `training`'s steps) leave uniform pooling, at gain 16.
 
     Below N_c(d = 64) uniform pooling is linearly stable under the finite-d loss, but past
     N_c(d = inf) it is only metastable, and SGD's noise carries runs over the saddle:
@@ -93,10 +116,10 @@ def escape_chunks(budget: Budget) -> dict:
     chunks, p_escape = [], []
     for n in range(12, int(np.ceil(theory.critical_chunks_finite_d(GAIN, STRIDE, DIM)))):
         chunks.append(n)
-        p_escape.append(float(uniform_escape(budget, STRIDE, n)["p_escape"]))
+        p_escape.append(float(uniform_escape(training, STRIDE, n)["p_escape"]))
         if p_escape[-1] > 0.5:
             break
-    out = {"escape_scan_chunks": chunks, "escape_scan_p": p_escape, "escape_steps": budget.steps}
+    out = {"escape_scan_chunks": chunks, "escape_scan_p": p_escape, "escape_steps": training.steps}
     out["escape_chunks"] = math.nan
     if len(p_escape) > 1 and p_escape[-2] <= 0.5 < p_escape[-1]:
         f = (0.5 - p_escape[-2]) / (p_escape[-1] - p_escape[-2])
@@ -152,5 +175,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "phase_diagram", run, predict, rows, configs=configs, version=4, figure=drawn_in_figures
+    "phase_diagram", run, predict, rows, sizes=SIZES, configs=configs, version=4, drawn=True
 )

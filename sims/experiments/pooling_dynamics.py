@@ -2,44 +2,64 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
-from weakspots.sims.check import most_common
 from weakspots.sims.experiments.canonical import (
+    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    Training,
     base_config,
     base_flow,
     solve_from,
     train,
 )
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import most_common
 from weakspots.sims.experiments.uniform_state import predicted_support
 
 POOLING_INIT = 0.3
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """SGD at d = 64 and d = 1024 from init scale 0.3, budget.seeds seeds each."""
+@dataclass(frozen=True)
+class Size:
+    """SGD training and seeds per d; isotropic directions for the support-size prediction."""
+
+    training: Training
+    seeds: int
+    support_samples: int
+
+
+SIZES = {
+    "tiny": Size(TRAINING["tiny"], seeds=1, support_samples=8),
+    "quick": Size(TRAINING["quick"], seeds=2, support_samples=32),
+    "full": Size(TRAINING["full"], seeds=8, support_samples=256),
+}
+
+
+def configs(size: Size) -> list[TrainConfig]:
+    """SGD at d = 64 and d = 1024 from init scale 0.3, size.seeds seeds each."""
     return [
-        base_config(budget, dim=d, seed=s, init_scale=POOLING_INIT)
+        base_config(size.training, dim=d, seed=s, init_scale=POOLING_INIT)
         for d in (DIM, 1024)
-        for s in range(budget.seeds)
+        for s in range(size.seeds)
     ]
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """SGD pooling weights at d = 64 and d = 1024, and from each run's own start the reduced
     (d = inf) flow and the finite-d corrected flow (the flow of L_d, `FlowConfig.dim`)."""
     # Init scale 0.3 (docs/theory.md §6.10): the start, not early SGD noise, picks the support,
     # so SGD and the flow from the same start can be compared phase by phase.
-    runs_configs = configs(budget)
+    runs_configs = configs(size)
     results = train(runs_configs)
     starts = [
         np.asarray(initial_pooling_logits(c.seed, c.heads, c.stride, c.init_scale), float)
@@ -65,10 +85,10 @@ def run(budget: Budget) -> dict:
     return {"times": times, "runs": runs, "init_scale": POOLING_INIT}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """Uniform pooling 1/s, the growth rate, and the flow's support-size distribution."""
     del results
-    sizes, probs, admissible = predicted_support(STRIDE, CHUNKS, GAIN, budget.support_samples)
+    sizes, probs, admissible = predicted_support(STRIDE, CHUNKS, GAIN, size.support_samples)
     return {
         "uniform": 1.0 / STRIDE,
         "growth_rate": float(theory.growth_rate(STRIDE, CHUNKS, GAIN)),
@@ -104,5 +124,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "pooling_dynamics", run, predict, rows, configs=configs, version=3, figure=drawn_in_figures
+    "pooling_dynamics", run, predict, rows, sizes=SIZES, configs=configs, version=3, drawn=True
 )

@@ -11,8 +11,8 @@ from weakspots import theory
 from weakspots.idealized.compression import LinearPool
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.model import init_model
-from weakspots.sims.check import normal_half_width
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.train import evaluate
 
 # Two heads at s=5, N=40, d=48, gain 9: head 0 spreads over three phases, head 1 over two
@@ -21,14 +21,16 @@ WEIGHTS = np.array([[0.33, 0.33, 0.33, 0.005, 0.005], [0.0033, 0.0033, 0.0033, 0
 WEIGHTS = WEIGHTS / WEIGHTS.sum(axis=1, keepdims=True)
 
 
-def _config(budget: Budget) -> TrainConfig:
-    needles = {"full": 40_000, "quick": 4000}.get(budget.name, 1000)
+SIZES = {"tiny": 1000, "quick": 4000, "full": 40_000}  # held-out needles per phase
+
+
+def _config(needles: int) -> TrainConfig:
     return TrainConfig(stride=5, chunks=40, dim=48, heads=2, gain=9.0, eval_samples=needles)
 
 
-def run(budget: Budget) -> dict:
+def run(needles: int) -> dict:
     """Per-phase accuracy of the trainer's evaluation of a model pooling with WEIGHTS."""
-    config = _config(budget)
+    config = _config(needles)
     model = init_model(jax.random.key(0), config.model, config.gain, 0.0)
     pool = LinearPool(jnp.asarray(WEIGHTS, jnp.float32))
     model = eqx.tree_at(lambda m: m.compressor, model, pool)
@@ -36,10 +38,10 @@ def run(budget: Budget) -> dict:
     return {"accuracy": np.asarray(accuracy, float), "needles": config.eval_samples}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(needles: int, results: dict) -> dict:
     """theory.readout_accuracy (docs/theory.md §7.13), four times its default draws."""
     del results
-    config = _config(budget)
+    config = _config(needles)
     draws = 4 * theory.interventions.DRAWS
     accuracy = theory.readout_accuracy(WEIGHTS, config.gain, config.chunks, config.dim, draws=draws)
     return {"accuracy": accuracy, "draws": draws}
@@ -68,4 +70,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("readout_exact", run, predict, rows)
+EXPERIMENT = Experiment("readout_exact", run, predict, rows, sizes=SIZES)

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 from weakspots import theory
-from weakspots.sims.check import CHUNKS, REENTRY_CASES, REENTRY_RTOL, STRIDE, reentry_slopes
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import CHUNKS, STRIDE
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import REENTRY_CASES, REENTRY_RTOL, reentry_slopes
 
 SHOWN = (0, 3)  # kappa > 0 (re-enters) and kappa < 0 (decays as 1/t)
 DROPPED_WEIGHT = 1e-4
 
 
-def run(budget: Budget) -> dict:
-    """kappa measured on the reduced flow (sims.check.reentry_slopes), per case."""
-    del budget
+def run(size: None) -> dict:
+    """kappa measured on the reduced flow (measure.reentry_slopes), per case."""
+    del size
     _, measured = reentry_slopes(REENTRY_CASES, DROPPED_WEIGHT)
     return {"cases": REENTRY_CASES, "kappa": measured}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: None, results: dict) -> dict:
     """theory.reentry_rate kappa and the re-entry time 1/(kappa alpha), per case."""
-    del budget
+    del size
     return {
         "kappa": [theory.reentry_rate(STRIDE, CHUNKS, g, k) for g, k in results["cases"]],
         "time": [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import math
 
 import jax
@@ -10,8 +12,9 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import harmonic_spectrum
+from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.interventions import predicted_phase_accuracy
 from weakspots.sims.train import Hyper, evaluate, init
 from weakspots.theory import interventions as tint
@@ -19,16 +22,32 @@ from weakspots.theory import interventions as tint
 ROPE_DIM = 64
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """At budgets with real keys, one trained softmax_pool run with RoPE-anchored keys."""
-    return [base_config(budget, rope_anchor=True, rope_dim=ROPE_DIM)] if budget.real_keys else []
+@dataclass(frozen=True)
+class Size:
+    """SGD training, and whether softmax pooling is trained on the real keys RoPE needs."""
+
+    training: canonical.Training
+    real_keys: bool
 
 
-def run(budget: Budget) -> dict:
+SIZES = {
+    "tiny": Size(canonical.TRAINING["tiny"], real_keys=False),
+    "quick": Size(canonical.TRAINING["quick"], real_keys=False),
+    "full": Size(canonical.TRAINING["full"], real_keys=True),
+}
+
+
+def configs(size: Size) -> list[TrainConfig]:
+    """At sizes with real keys, one trained softmax_pool run with RoPE-anchored keys."""
+    trained = base_config(size.training, rope_anchor=True, rope_dim=ROPE_DIM)
+    return [trained] if size.real_keys else []
+
+
+def run(size: Size) -> dict:
     """Per-phase accuracy with RoPE-anchored compressed keys: fixed mean pooling (no training)
-    and, at budgets with real keys, trained softmax pooling."""
+    and, at sizes with real keys, trained softmax pooling."""
     out = {"rope_dim": ROPE_DIM, "cases": []}
-    fixed = base_config(budget, operator="mean_pool", rope_anchor=True, rope_dim=ROPE_DIM)
+    fixed = base_config(size.training, operator="mean_pool", rope_anchor=True, rope_dim=ROPE_DIM)
     hyper = jax.tree.map(lambda x: x[0], Hyper.stack([fixed]))
     model = init(fixed.static, hyper).model
     acc, _ = evaluate(fixed.static, model)
@@ -40,7 +59,7 @@ def run(budget: Budget) -> dict:
             "samples": fixed.eval_samples,
         }
     )
-    trained = configs(budget)
+    trained = configs(size)
     for trained_cfg, r in zip(trained, train(trained), strict=True):
         out["cases"].append(
             {
@@ -53,7 +72,7 @@ def run(budget: Budget) -> dict:
     return out
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """kappa(phi) attenuation (theory.rope_attenuation_at) and the accuracy it implies;
     for the trained case, the reduced flow of the anchored loss from the run's own start."""
     out = {"kappa": theory.rope_attenuation_at(np.arange(STRIDE), ROPE_DIM, DIM), "cases": []}
@@ -63,7 +82,8 @@ def predict(budget: Budget, results: dict) -> dict:
                 np.asarray(case["pooling_weights"]), GAIN, CHUNKS, DIM, rope_dim=ROPE_DIM
             )
         else:
-            acc = predicted_phase_accuracy(base_config(budget, rope_anchor=True, rope_dim=ROPE_DIM))
+            config = base_config(size.training, rope_anchor=True, rope_dim=ROPE_DIM)
+            acc = predicted_phase_accuracy(config)
         out["cases"].append(
             {"name": case["name"], "phase_accuracy": acc, "spectrum": harmonic_spectrum(acc)}
         )
@@ -112,5 +132,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "rope_anchoring", run, predict, rows, configs=configs, figure=drawn_in_figures
+    "rope_anchoring", run, predict, rows, sizes=SIZES, configs=configs, drawn=True
 )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import normal_half_width
 from weakspots.sims.experiments.canonical import random_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 # (stride, chunks, gain, heads): s 4..16, N from just past N_c to 300, gain 8..32, H 1 and 2
 CONFIGS = (
@@ -27,30 +29,31 @@ CONFIGS = (
 INIT_SCALE = 0.01
 
 
-def _sized(budget: Budget, full, quick, tiny):
-    return {"full": full, "quick": quick}.get(budget.name, tiny)
+@dataclass(frozen=True)
+class Size:
+    """How many of CONFIGS (from the first), reduced flows per config, and the law's sampled
+    starts."""
+
+    configs: int
+    flows: int
+    law_samples: int
 
 
-def _configs(budget: Budget):
-    return _sized(budget, CONFIGS, CONFIGS[:1], CONFIGS[:1])
+SIZES = {
+    "tiny": Size(configs=1, flows=16, law_samples=32),
+    "quick": Size(configs=1, flows=64, law_samples=128),
+    "full": Size(configs=len(CONFIGS), flows=256, law_samples=512),
+}
 
 
-def _flows(budget: Budget) -> int:
-    return _sized(budget, 256, 64, 16)
-
-
-def _law_samples(budget: Budget) -> int:
-    return _sized(budget, 512, 128, 32)
-
-
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """The support size (phases some head covers) each reduced flow ends on at the law's
     horizon, from starts INIT_SCALE * N(0, 1), per config."""
     out = []
-    for stride, chunks, gain, heads in _configs(budget):
+    for stride, chunks, gain, heads in CONFIGS[: size.configs]:
         horizon = theory.support_size_law(stride, chunks, gain, heads, samples=1)["t_end"]
         config = FlowConfig(stride=stride, chunks=chunks, gain=gain, heads=heads, t1=horizon)
-        n = _flows(budget)
+        n = size.flows
         starts = random_starts(n, heads, stride, INIT_SCALE, seed=2)
         final = np.asarray(solve_from([config] * n, starts).pooling_weights[:, -1])
         k = theory.covered(final, stride).any(axis=1).sum(axis=-1)
@@ -58,13 +61,13 @@ def run(budget: Budget) -> dict:
     return {"points": out}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """theory.support_size_law per config (docs/theory.md §9.1), from other starts."""
     del results
-    samples = _law_samples(budget)
+    samples = size.law_samples
     laws = [
         theory.support_size_law(s, n, g, h, init_scale=INIT_SCALE, samples=samples, seed=1)
-        for s, n, g, h in _configs(budget)
+        for s, n, g, h in CONFIGS[: size.configs]
     ]
     return {"laws": [{"law": law["law"], "blocks": len(law["blocks"])} for law in laws],
             "samples": samples}  # fmt: skip
@@ -103,4 +106,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("selection_law", run, predict, rows)
+EXPERIMENT = Experiment("selection_law", run, predict, rows, sizes=SIZES)

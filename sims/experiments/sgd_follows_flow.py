@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from weakspots.sims.check import SGD_ATOL, sgd_config
 from weakspots.sims.experiments.canonical import train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, no_difference
+from weakspots.sims.experiments.experiment import Experiment, Row, no_difference
+from weakspots.sims.experiments.measure import SGD_ATOL, sgd_config
 from weakspots.sims.flow import finite_flow
 
-
-def configs(budget: Budget) -> list:
-    """The one SGD run compared (sims.check.sgd_config: d = 256, init 0.3, lr 0.5)."""
-    return [sgd_config(budget.quick)]
+SIZES = {"tiny": 8192, "quick": 8192, "full": 32768}  # problems in the finite-d flow's sample
 
 
-def run(budget: Budget) -> dict:
-    """Max abs pooling-weight difference between SGD and the finite-d flow (same start)."""
-    config = sgd_config(budget.quick)
+def configs(samples: int) -> list:
+    """The one SGD run compared (measure.sgd_config: d = 256, init 0.3, lr 0.5), the same
+    at every size."""
+    del samples
+    return [sgd_config()]
+
+
+def run(samples: int) -> dict:
+    """Max abs pooling-weight difference between SGD and the finite-d flow on a sample of
+    `samples` problems (same start)."""
+    config = sgd_config()
     (result,) = train([config])
     sgd = np.asarray(result.history.pooling_weights, float)
-    ode = finite_flow(config, samples=8192 if budget.quick else 32768, accuracy=False)
+    ode = finite_flow(config, samples=samples, accuracy=False)
     return {"seed": config.seed, "max_difference": float(np.max(np.abs(sgd - ode.pooling_weights)))}
 
 
@@ -40,4 +45,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("sgd_follows_flow", run, no_difference, rows, configs=configs)
+EXPERIMENT = Experiment(
+    "sgd_follows_flow", run, no_difference, rows, sizes=SIZES, configs=configs
+)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.check import order_parameter
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import order_parameter
 
 SCALES = tuple(float(a) for a in np.geomspace(1e-5, 0.3, 7))  # the reduced flow's init scales
 LEVEL = 0.25  # the specialisation event (theory.specialization_time)
@@ -18,21 +19,28 @@ STEPS = 120  # t = 240: past t* at every scale (the linear stage's noise sets it
 LR, BATCH = 2.0, 256
 
 
-def _seeds(budget: Budget) -> int:
-    return {"full": 16}.get(budget.name, 4)
+@dataclass(frozen=True)
+class Size:
+    """The init scales trained and SGD seeds per scale."""
+
+    init_scales: tuple[float, ...]
+    seeds: int
 
 
-def _scales(budget: Budget) -> tuple[float, ...]:
-    """Every scale at full; below it 1e-5 and 9.7e-3 (below the noise floor) and 5.4e-2 (above)."""
-    return SCALES if budget.name == "full" else tuple(SCALES[i] for i in (0, 4, 5))
+# Every scale at full; below it 1e-5 and 9.7e-3 (below the noise floor) and 5.4e-2 (above).
+SIZES = {
+    "tiny": Size(tuple(SCALES[i] for i in (0, 4, 5)), seeds=4),
+    "quick": Size(tuple(SCALES[i] for i in (0, 4, 5)), seeds=4),
+    "full": Size(SCALES, seeds=16),
+}
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
-    """The canonical SGD run at each init scale, evaluated every step, _seeds(budget) each."""
+def configs(size: Size) -> list[TrainConfig]:
+    """The canonical SGD run at each init scale, evaluated every step, size.seeds each."""
     return [
         TrainConfig(init_scale=a, steps=STEPS, eval_every=1, eval_samples=16, seed=i)
-        for a in _scales(budget)
-        for i in range(_seeds(budget))
+        for a in size.init_scales
+        for i in range(size.seeds)
     ]
 
 
@@ -47,24 +55,24 @@ def _crossing(times, delta) -> float:
     return float(times[i - 1] + f * (times[i] - times[i - 1]))
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """t* of each SGD run (time lr x step at which delta reaches LEVEL), per init scale."""
-    results = train(configs(budget))
-    seeds = _seeds(budget)
+    results = train(configs(size))
+    seeds = size.seeds
     times = [
         [
             _crossing(r.history.times, order_parameter(r.history.pooling_weights))
             for r in results[j * seeds : (j + 1) * seeds]
         ]
-        for j in range(len(_scales(budget)))
+        for j in range(len(size.init_scales))
     ]
-    return {"init_scales": _scales(budget), "times": times}
+    return {"init_scales": size.init_scales, "times": times}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """theory.sgd_specialization_time's median at each scale (docs/theory.md §9.3), and the
     d = inf reduced flow's t* (theory.specialization_time) for comparison."""
-    del budget
+    del size
     scales = results["init_scales"]
     moments = theory.uniform_moments(STRIDE, CHUNKS, DIM, GAIN)
     return {
@@ -110,4 +118,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("sgd_onset", run, predict, rows, configs=configs, version=2)
+EXPERIMENT = Experiment(
+    "sgd_onset", run, predict, rows, sizes=SIZES, configs=configs, version=2
+)

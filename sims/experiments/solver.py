@@ -5,18 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import CHUNKS, GAIN, STRIDE, rk4
-from weakspots.sims.experiments.canonical import solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, no_difference
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row, no_difference
+from weakspots.sims.experiments.measure import rk4
 
 # Both solve one smooth ODE to t = 300: diffrax at rtol 1e-10, RK4 at step 0.05 (error
 # O(h^4) per unit time); the weights they give agree to their own truncation errors.
 RK4_ATOL = 1e-6
 
 
-def run(budget: Budget) -> dict:
+def run(size: None) -> dict:
     """Max abs pooling-weight difference of the two solvers from one start, over t in [0, 300]."""
-    del budget
+    del size
     logits0 = 0.3 * np.random.default_rng(1).standard_normal((8, 1, STRIDE))
     config = FlowConfig(stride=STRIDE, chunks=CHUNKS, gain=GAIN, t1=300.0, rtol=1e-10, atol=1e-12)
     ts = np.linspace(0.0, config.t1, config.saves)

@@ -8,18 +8,19 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import normal_half_width
 from weakspots.sims.experiments.canonical import keyed_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import normal_half_width
 
 CONFIGS = ((8, 64, 16.0), (8, 256, 16.0), (6, 11, 9.0), (8, 64, 24.0), (4, 64, 8.0))
 STARTS = 8  # flows per config, at init scales spread over 1e-5 .. 1e-2
 RARE = 0.02  # an end state the law gives less than this probability counts as missed
+SIZES = {"tiny": 32, "quick": 32, "full": 128}  # isotropic starts of the support prediction
 
 
-def run(budget: Budget) -> dict:
+def run(samples: int) -> dict:
     """Support size k at t = 8000 of STARTS flows per (stride, chunks, gain)."""
-    del budget
+    del samples
     ends = []
     for stride, chunks, gain in CONFIGS:
         config = FlowConfig(stride=stride, chunks=chunks, gain=gain, t1=8000.0)
@@ -30,9 +31,8 @@ def run(budget: Budget) -> dict:
     return {"configs": CONFIGS, "support": ends}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(samples: int, results: dict) -> dict:
     """theory.predicted_support_size: the flow's k over isotropic starts, and the admissible k."""
-    samples = 32 if budget.quick else 128
     out = []
     for stride, chunks, gain in results["configs"]:
         sizes, probs, admissible = theory.predicted_support_size(
@@ -76,4 +76,4 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("support_from_starts", run, predict, rows)
+EXPERIMENT = Experiment("support_from_starts", run, predict, rows, sizes=SIZES)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
-from weakspots.sims.check import most_common
+from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import most_common
 from weakspots.sims.experiments.uniform_state import (
     metastable_uniform,
     predicted_support,
@@ -24,38 +27,62 @@ DELTA_MAX_TOLERANCE = 0.1
 NOISE_FLOOR_LEVEL = 0.95
 
 
-def sweep_points(budget: Budget) -> list[tuple[str, int, int]]:
-    """(axis, stride, chunks): N across budget.chunks_sweep at s = 8, s across stride_sweep."""
-    return [("chunks", STRIDE, n) for n in budget.chunks_sweep] + [
-        ("stride", s, CHUNKS) for s in budget.stride_sweep
+def sweep_points(size: Size) -> list[tuple[str, int, int]]:
+    """(axis, stride, chunks): N across size.chunks_sweep at s = 8, s across stride_sweep."""
+    return [("chunks", STRIDE, n) for n in size.chunks_sweep] + [
+        ("stride", s, CHUNKS) for s in size.stride_sweep
     ]
 
 
 UNIFORM_SEEDS = 4  # at least this many SGD seeds where uniform pooling is stable
 
 
-def seeds_at(budget: Budget, stride: int, chunks: int) -> int:
+@dataclass(frozen=True)
+class Size:
+    """SGD training and seeds per point, N at s = 8 and s at N = 64, isotropic directions
+    for the d = inf support-size prediction."""
+
+    training: canonical.Training
+    seeds: int
+    chunks_sweep: tuple[int, ...]
+    stride_sweep: tuple[int, ...]
+    support_samples: int
+
+
+SIZES = {
+    "tiny": Size(canonical.TRAINING["tiny"], 1, (12, 64), (8,), support_samples=8),
+    "quick": Size(
+        canonical.TRAINING["quick"], 2, (12, 24, 64, 256), (4, 8, 16), support_samples=32
+    ),
+    "full": Size(
+        canonical.TRAINING["full"], 8, (12, 16, 20, 24, 32, 64, 128, 256), (4, 6, 8, 12, 16),
+        support_samples=256,
+    ),
+}
+
+
+def seeds_at(size: Size, stride: int, chunks: int) -> int:
     """SGD seeds at one point. Below the threshold the row compares a seed mean with the
     noise floor, whose 95% interval for a mean of 2 runs is too wide to say much (one
     outlying run moves it): there it takes at least UNIFORM_SEEDS."""
     below = chunks < float(theory.critical_chunks(GAIN, stride))
-    return max(budget.seeds, UNIFORM_SEEDS) if below else budget.seeds
+    return max(size.seeds, UNIFORM_SEEDS) if below else size.seeds
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
+def configs(size: Size) -> list[TrainConfig]:
     """SGD at every (s, N) point of the two sweeps, `seeds_at` seeds each."""
     return [
-        base_config(budget, stride=s, chunks=n, seed=seed)
-        for _, s, n in sweep_points(budget)
-        for seed in range(seeds_at(budget, s, n))
+        base_config(size.training, stride=s, chunks=n, seed=seed)
+        for _, s, n in sweep_points(size)
+        for seed in range(seeds_at(size, s, n))
     ]
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """Final support size and delta_max of SGD (d = 64, gain 16) against N and against s."""
-    results = train(configs(budget))
+    results = train(configs(size))
     out = []
-    for axis, s, n in sweep_points(budget):
+    for axis, s, n in sweep_points(size):
         runs = list(
             {r.config: r for r in results if (r.config.stride, r.config.chunks) == (s, n)}.values()
         )
@@ -71,9 +98,9 @@ def run(budget: Budget) -> dict:
     return {"points": out}
 
 
-def uniform_noise_floor(budget: Budget, stride: int, chunks: int) -> dict:
-    """theory.noise_floor for SGD at uniform pooling with this budget's runs (config and seeds)."""
-    c = base_config(budget, stride=stride, chunks=chunks)
+def uniform_noise_floor(size: Size, stride: int, chunks: int) -> dict:
+    """theory.noise_floor for SGD at uniform pooling with this size's runs (config and seeds)."""
+    c = base_config(size.training, stride=stride, chunks=chunks)
     return theory.noise_floor(
         stride,
         chunks,
@@ -85,18 +112,18 @@ def uniform_noise_floor(budget: Budget, stride: int, chunks: int) -> dict:
         c.eval_samples,
         c.loss,
         c.init_scale,
-        seeds=seeds_at(budget, stride, chunks),
+        seeds=seeds_at(size, stride, chunks),
         level=NOISE_FLOOR_LEVEL,
     )
 
 
-def finite_d_starts(budget: Budget) -> int:
+def finite_d_starts(size: Size) -> int:
     """Isotropic starts of the d = 64 flow: half the d = inf count (each costs more, and the
     finite-d outcome is a near-single k at every point), at least 16."""
-    return max(16, budget.support_samples // 2)
+    return max(16, size.support_samples // 2)
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """Support-size distribution from near-uniform starts and delta_max of the state reached.
 
     The distribution comes from the flow of the finite-d expected loss L_d at d = 64, the
@@ -105,7 +132,7 @@ def predict(budget: Budget, results: dict) -> dict:
     is that of the most probable k-state at d = 64 (theory.accuracy). Where uniform pooling
     is stable (k = s) the k-state's delta_max is 0 and what SGD shows is its noise floor
     (theory.noise_floor): the prediction is the expected delta_max, and the tolerance the
-    predicted 95% interval of the mean over this budget's seeds (its wider side). Where at
+    predicted 95% interval of the mean over this size's seeds (its wider side). Where at
     d = 64 uniform is only metastable (an (s-1)-phase state is admissible too and lower past
     a saddle), runs escape with uniform_escape's p_escape (theory.escape_fraction_discrete),
     and the prediction is the mixture of floor and escaped state (theory.delta_max_with_escape);
@@ -116,8 +143,8 @@ def predict(budget: Budget, results: dict) -> dict:
     out = []
     for p in results["points"]:
         s, n = p["stride"], p["chunks"]
-        sizes_inf, probs_inf, admissible_inf = predicted_support(s, n, GAIN, budget.support_samples)
-        sizes, probs, admissible = predicted_support(s, n, GAIN, finite_d_starts(budget), dim=DIM)
+        sizes_inf, probs_inf, admissible_inf = predicted_support(s, n, GAIN, size.support_samples)
+        sizes, probs, admissible = predicted_support(s, n, GAIN, finite_d_starts(size), dim=DIM)
         k = int(sizes[np.argmax(probs)])
         profile = theory.phase_accuracy_profile(s, n, k, DIM, dropped_weight=1e-3)
         point = {
@@ -135,19 +162,19 @@ def predict(budget: Budget, results: dict) -> dict:
             "delta_max_tolerance": DELTA_MAX_TOLERANCE,
         }
         if k == s:
-            floor = uniform_noise_floor(budget, s, n)
+            floor = uniform_noise_floor(size, s, n)
             mean = floor["delta_max_mean"]
             low, high = floor["mean_of_seeds_interval"]
             point["noise_floor"] = floor
             if metastable_uniform(s, n, admissible):
-                escape = uniform_escape(budget, s, n)
+                escape = uniform_escape(size.training, s, n)
                 escaped = theory.phase_accuracy_profile(s, n, s - 1, DIM, dropped_weight=1e-3)
                 mixture = theory.delta_max_with_escape(
                     floor,
                     s,
                     escape["p_escape"],
                     float(theory.delta_max(escaped)),
-                    seeds=seeds_at(budget, s, n),
+                    seeds=seeds_at(size, s, n),
                     level=NOISE_FLOOR_LEVEL,
                 )
                 mean = mixture["delta_max_mean"]
@@ -206,5 +233,5 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "support_size", run, predict, rows, configs=configs, version=5, figure=drawn_in_figures
+    "support_size", run, predict, rows, sizes=SIZES, configs=configs, version=5, drawn=True
 )

@@ -8,9 +8,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import STRIDE, log_weights_centred
-from weakspots.sims.experiments.canonical import keyed_starts, solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import STRIDE, keyed_starts, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import log_weights_centred
 
 GAINS = (12.0, 16.0, 20.0, 24.0)
 SEARCHED = (2, 1024)  # the chunk counts bisected; the two ends must disagree
@@ -37,13 +37,13 @@ def grows(chunks, gains) -> np.ndarray:
     return spread[:, -1] > spread[:, 0]
 
 
-def run(budget: Budget) -> dict:
+def run(size: None) -> dict:
     """Bisect the chunk count N between the SEARCHED ends for each gain, down to N, N + 1.
 
     Returns per gain the last N at which uniform pooling is stable (`low`), the first at
     which it is not (`high`), and whether the ends disagreed at all (`bracketed`).
     """
-    del budget
+    del size
     gains = np.asarray(GAINS)
     low, high = np.full(len(GAINS), SEARCHED[0]), np.full(len(GAINS), SEARCHED[1])
     bracketed = ~grows(low, gains) & grows(high, gains)
@@ -56,9 +56,9 @@ def run(budget: Budget) -> dict:
     return {"gains": GAINS, "low": low, "high": high, "bracketed": bracketed}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: None, results: dict) -> dict:
     """N_c = 1 + 2 exp(gain/stride) (theory.critical_chunks, docs/theory.md §6.3), per gain."""
-    del budget
+    del size
     return {"critical_chunks": [float(theory.critical_chunks(g, STRIDE)) for g in results["gains"]]}
 
 

@@ -6,17 +6,17 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import FlowConfig
-from weakspots.sims.check import CHUNKS, GAIN, STRIDE, mean_half_width
-from weakspots.sims.experiments.canonical import solve_from
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, solve_from
+from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.experiments.measure import mean_half_width
 
 INIT_SCALES = (1e-6, 1e-4, 1e-2)
 STARTS = 8
 
 
-def run(budget: Budget) -> dict:
+def run(size: None) -> dict:
     """t* (delta reaches 0.25, root-found) of STARTS reduced flows per init scale."""
-    del budget
+    del size
     rng = np.random.default_rng(STRIDE + CHUNKS)
     config = FlowConfig(stride=STRIDE, chunks=CHUNKS, gain=GAIN, t1=3000.0, rtol=1e-9, atol=1e-14)
     times = []
@@ -26,9 +26,9 @@ def run(budget: Budget) -> dict:
     return {"init_scales": INIT_SCALES, "times": times}
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: None, results: dict) -> dict:
     """theory.specialization_time: (log 0.25 - E log delta_0)/lambda + tau, per init scale."""
-    del budget
+    del size
     return {
         "times": [
             theory.specialization_time(STRIDE, CHUNKS, GAIN, a) for a in results["init_scales"]

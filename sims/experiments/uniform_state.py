@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 
 from weakspots import theory
-from weakspots.sims.experiments.canonical import DIM, GAIN, base_config
-from weakspots.sims.experiments.experiment import Budget
+from weakspots.sims.experiments.canonical import DIM, GAIN, Training, base_config
 
 ESCAPE_SAMPLES = 2**14  # Monte Carlo problems for the gradient noise along the escape path
 ESCAPE_CHAINS = 256  # chains of theory.escape_fraction_discrete (binomial error ~0.03)
@@ -33,8 +32,9 @@ def metastable_uniform(stride, chunks, admissible) -> bool:
     ) < theory.finite_d_support_loss(stride, chunks, GAIN, DIM, stride)
 
 
-def uniform_escape(budget: Budget, stride: int, chunks: int) -> dict:
-    """P(a canonical SGD run has left the uniform well by the end of training), at d = DIM.
+def uniform_escape(training: Training, stride: int, chunks: int) -> dict:
+    """P(a canonical SGD run of `training`'s steps has left the uniform well by its end), at
+    d = DIM.
 
     p_escape: theory.escape_fraction_discrete, the SGD recursion on L_d with the escape
     path's gradient noise (all zero-sum modes, discrete steps); p_passage: the 1-D
@@ -42,7 +42,7 @@ def uniform_escape(budget: Budget, stride: int, chunks: int) -> dict:
     path's loss and curvatures are L_d's (theory.escape_path_finite_d), its noise Monte
     Carlo. Returns escape_rate's dict with p_passage and p_escape added.
     """
-    c = base_config(budget, stride=stride, chunks=chunks)
+    c = base_config(training, stride=stride, chunks=chunks)
     path = theory.escape_path_finite_d(stride, chunks, DIM, GAIN, samples=ESCAPE_SAMPLES)
     escape = theory.escape_rate(path, stride, c.lr, c.batch)
     discrete = theory.escape_fraction_discrete(

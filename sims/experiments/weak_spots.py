@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,15 +11,32 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
+    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    Training,
     base_config,
     correct_at_phase,
     train,
 )
-from weakspots.sims.experiments.experiment import Budget, Experiment, Row, drawn_in_figures
+from weakspots.sims.experiments.experiment import Experiment, Row
+
+
+@dataclass(frozen=True)
+class Size:
+    """SGD training, and needles per phase for accuracy against position."""
+
+    training: Training
+    position_samples: int
+
+
+SIZES = {
+    "tiny": Size(TRAINING["tiny"], position_samples=256),
+    "quick": Size(TRAINING["quick"], position_samples=8192),
+    "full": Size(TRAINING["full"], position_samples=32768),
+}
 
 
 def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed=2024):
@@ -38,16 +57,16 @@ def position_accuracy(config: TrainConfig, model, samples: int, shown: int, seed
     return hits, counts
 
 
-def configs(budget: Budget) -> list[TrainConfig]:
+def configs(size: Size) -> list[TrainConfig]:
     """SGD at N = 64 (past N_c) and N = 12 (below), seed 0."""
-    return [base_config(budget, chunks=n) for n in (CHUNKS, 12)]
+    return [base_config(size.training, chunks=n) for n in (CHUNKS, 12)]
 
 
-def run(budget: Budget) -> dict:
+def run(size: Size) -> dict:
     """SGD at N = 64 (past N_c) and N = 12 (below): accuracy by needle position over 4 chunks."""
     out = {"shown_chunks": 4, "runs": []}
-    for r in train(configs(budget)):
-        hits, counts = position_accuracy(r.config, r.model, budget.position_samples, 4)
+    for r in train(configs(size)):
+        hits, counts = position_accuracy(r.config, r.model, size.position_samples, 4)
         summary = r.summary()
         out["runs"].append(
             {
@@ -63,9 +82,9 @@ def run(budget: Budget) -> dict:
     return out
 
 
-def predict(budget: Budget, results: dict) -> dict:
+def predict(size: Size, results: dict) -> dict:
     """Exact finite-d accuracy (theory.phase_accuracy) of each run's learned pooling weights."""
-    del budget
+    del size
     return {
         "runs": [
             {
@@ -115,4 +134,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     return out
 
 
-EXPERIMENT = Experiment("weak_spots", run, predict, rows, configs=configs, figure=drawn_in_figures)
+EXPERIMENT = Experiment(
+    "weak_spots", run, predict, rows, sizes=SIZES, configs=configs, drawn=True
+)

@@ -1,12 +1,13 @@
-"""Measurements shared by the experiments and the tests, so both measure alike.
+"""Measurements the experiments make, shared with the tests so that both measure alike.
 
 Order parameters of pooling weights (`log_weights_centred`, `order_parameter`,
 `mode_norms`), rates and times read off trajectories (`fitted_rates`, `crossing_time`,
 `reentry_slopes`), independent references (`rk4`, a numpy RK4 of the reduced flow with a
 hand-derived gradient; `monte_carlo_accuracy`, a direct Monte Carlo of the retrieval
-task), the setups two tests and an experiment share (`sgd_config`,
-`distance_to_reduced`) with the tolerances they are checked at, and tolerances from a
-measurement's sampling noise (`mean_half_width`, `normal_half_width`).
+task), the setups tests and experiments share (`sgd_config`,
+`flows_from_the_trainers_start`, `reduced_weights`) with the tolerances they are checked
+at, and tolerances from a measurement's sampling noise (`mean_half_width`,
+`normal_half_width`). The physics is the canonical config's (`canonical`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from weakspots import theory
 from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.metrics import mean_interval
 from weakspots.idealized.precision import float64_module
+from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE
 from weakspots.theory.reduced import centred_logits
-
-STRIDE, CHUNKS, GAIN = 8, 64, 16.0
 
 # Trainer against the finite-d flow from the same start, max abs pooling weight over the
 # trajectory: an allowance, not derived, for SGD's minibatch noise and its finite step
@@ -219,9 +219,8 @@ def reentry_slopes(cases=REENTRY_CASES, dropped_weight=1e-4):
     return kappa, measured
 
 
-def sgd_config(quick, dim=256) -> TrainConfig:
+def sgd_config(dim=256) -> TrainConfig:
     """The ODE-vs-SGD comparison: d = 256, init 0.3, small learning rate, t = lr steps = 300."""
-    del quick  # the same run at every budget; only the flow's sample grows
     base = TrainConfig(
         dim=dim, init_scale=0.3, lr=0.5, steps=600, batch=256, eval_every=30, eval_samples=256
     )
@@ -250,15 +249,6 @@ def reduced_weights(start, ts, dim=None):
     )
     flow = solve(config, starts=np.asarray(start, float)[0], times=np.asarray(ts, float))
     return np.asarray(flow.history.pooling_weights)
-
-
-def distance_to_reduced(dims, samples, seed=0, t_end=400.0, saves=41):
-    """Max abs pooling-weight distance between the finite-d flow at each d and the reduced flow.
-
-    Same start (the trainer's init at init_scale 0.3, seed `seed`); returns (dims, distances).
-    """
-    ts, finite, start = flows_from_the_trainers_start(dims, samples, seed, 0, t_end, saves)
-    return np.asarray(dims), np.max(np.abs(finite - reduced_weights(start, ts)), axis=(1, 2, 3))
 
 
 float64_module(__name__)  # 64-bit types inside these functions only

@@ -49,6 +49,8 @@ from weakspots.idealized.attention import AbstractCompressor
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.metrics import WILSON_Z95
+from weakspots.idealized.operators.base import DECODER
+from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.recall import RecallBatch, placed_batch
 from weakspots.sims.lm.evaluate import (
     EVAL_CHUNK,
@@ -64,11 +66,12 @@ from weakspots.sims.progress import Progress
 PARAMETER_EDITS = ("ablate_head", "ablate_layer", "zero_position_bias", "roll_position_bias")
 SWITCHES = ("no_rope_compressed", "no_compressed_branch", "no_local_window")
 KINDS = PARAMETER_EDITS + SWITCHES
-POSITION_PARAMETERS = {  # operator -> (parameter names, the phase axis counted from the right)
-    "softmax_pool": (("pooling_logits",), -1),
-    "deepseek_v4": (("ape",), -2),
-    "low_rank": (("left", "right"), -3),
-}
+
+
+def position_parameters(operator: str) -> tuple[tuple[str, ...], int] | None:
+    """The operator's learned position parameters: (names, the phase axis counted from the
+    right), or None (the registry's `position_parameters`)."""
+    return lookup(operator, DECODER).position_parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +112,7 @@ def _edit_parameters(model: Decoder, intervention: Intervention, operator: str) 
             rows = slice(intervention.head * width, (intervention.head + 1) * width)
         kernel[...] = kernel[...].at[..., rows, :].set(0.0)
         return
-    names, axis = POSITION_PARAMETERS[operator]
+    names, axis = position_parameters(operator)
     for name in names:
         param = getattr(attention.compressor, name)
         if intervention.kind == "zero_position_bias":
@@ -142,7 +145,7 @@ def applies(config: LMConfig, intervention: Intervention) -> bool:
         case "ablate_layer":
             return True
         case "zero_position_bias" | "roll_position_bias":
-            return compressed and config.operator in POSITION_PARAMETERS
+            return compressed and position_parameters(config.operator) is not None
         case "no_rope_compressed":
             return compressed and config.rope_dim > 0
         case "no_compressed_branch" | "no_local_window":

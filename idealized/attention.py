@@ -79,15 +79,8 @@ class Compressor(AbstractCompressor):
         spec = lookup(operator, DECODER)
         self.operator, self.heads, self.overlap = operator, heads, overlap
         self.stride = 1 if spec.dense else stride
-        params = spec.decoder_params(
-            stride=self.stride,
-            heads=heads,
-            d_model=d_model,
-            head_dim=head_dim,
-            rank=rank,
-            overlap=overlap,
-            rngs=rngs,
-        )
+        sizes = dict(heads=heads, d_model=d_model, head_dim=head_dim, rank=rank, overlap=overlap)
+        params = spec.decoder_params(stride=self.stride, rngs=rngs, **sizes)
         self.parameter_names = tuple(params)
         for name, value in params.items():  # named attributes: the state's paths
             setattr(self, name, nnx.Param(value))
@@ -106,29 +99,10 @@ class Compressor(AbstractCompressor):
         )
 
 
-def make_compressor(
-    operator: str,
-    *,
-    stride: int,
-    heads: int,
-    d_model: int,
-    head_dim: int,
-    rank: int = 4,
-    overlap: bool = False,
-    rngs: nnx.Rngs,
-) -> AbstractCompressor:
-    """A fresh compressor by operator name (the registry's decoder operators); a
-    `ConfigError` on an unknown one."""
-    return Compressor(
-        operator,
-        stride=stride,
-        heads=heads,
-        d_model=d_model,
-        head_dim=head_dim,
-        rank=rank,
-        overlap=overlap,
-        rngs=rngs,
-    )
+def make_compressor(operator: str, **sizes) -> AbstractCompressor:
+    """A fresh compressor by operator name (the registry's decoder operators; `sizes` are
+    `Compressor`'s keyword arguments); a `ConfigError` on an unknown one."""
+    return Compressor(operator, **sizes)
 
 
 def rotate(

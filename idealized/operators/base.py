@@ -82,6 +82,10 @@ class AbstractOperator(eqx.Module):
     """The model families that support the operator (`toy`, `decoder`)."""
     dense: ClassVar[bool] = False
     """Keeps every token (stride 1): the decoder's dense control."""
+    token_maps: ClassVar[int] = 0
+    """Maps of every token a toy step holds per head (the trainer's memory estimate)."""
+    projections: ClassVar[int] = 1
+    """`d x d` projections a real-key toy step applies per needle (the cost estimate)."""
     pool: ClassVar[Callable[..., Pooled]]
     """The pure per-head operator: `(C, s, d)` keys and one head's parameters to `(C, d)`."""
 

@@ -29,6 +29,8 @@ class DeepSeekV4(AbstractOperator):
     ape: Float[Array, "H s cd"]
     rope_dim: int = eqx.field(static=True)
     name: ClassVar[str] = "deepseek_v4"
+    token_maps: ClassVar[int] = 2  # per-channel scores and their softmax weights
+    projections: ClassVar[int] = 2  # values and gate
     distribution: ClassVar[bool] = True
     position_parameters: ClassVar = (("ape",), -2)
 

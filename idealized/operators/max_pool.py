@@ -20,6 +20,7 @@ def max_pool(keys: Keys, projection: Float[Array, "d d"]) -> Pooled:
 class MaxPool(AbstractOperator):
     projection: Float[Array, "H d d"]
     name: ClassVar[str] = "max_pool"
+    token_maps: ClassVar[int] = 1  # the projected keys (its backward reuses them)
     pool: ClassVar = staticmethod(max_pool)
 
     @classmethod

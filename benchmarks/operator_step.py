@@ -34,11 +34,13 @@ import numpy as np
 from weakspots.idealized import compression, task
 from weakspots.idealized import deepseek_v4 as deepseek
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.operators.base import TOY
+from weakspots.idealized.operators.registry import operator_names
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims import train as trainer
 
-OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
+OPERATORS = operator_names(TOY, phase_weighted=False)  # the operators that need real keys
 LOSS_RTOL = 1e-4  # float32 steps: the two forms round differently, nothing more
 
 

@@ -1,12 +1,12 @@
 """Compressed causal attention as a flax.nnx layer (the decoder family's attention).
 
 Each head's keys and values are packed every `s` tokens into one entry by a compressor
-that applies the pure operators of `idealized.compression` (and `idealized.deepseek_v4`)
-window by window, so the toy and the decoder share one definition of each operator. A
+that applies a registered operator of `idealized.operators` window by window, so the toy
+and the decoder share one definition of each operator. A
 query at position `t` sees entry `w` only when its window is complete,
 `w < (t + 1) // s`, plus (optionally) the last `local_window` tokens uncompressed; one
 softmax runs over both. RoPE rotates queries and local keys to their own positions and
-each compressed key to its window's first position, `w * s`. The compressor `NoPool`
+each compressed key to its window's first position, `w * s`. The operator `none`
 keeps every token, which makes the layer standard causal attention (the dense control).
 
 Staggered windows (`stagger_offsets`, as the toy's `stagger`): head h's windows start at
@@ -33,34 +33,14 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from . import compression
-from .deepseek_v4 import ape_pooling_weights, deepseek_v4, interleaved_rope
+from .deepseek_v4 import interleaved_rope
+from .operators.base import DECODER, Entries, Heads
+from .operators.registry import lookup
 from .rope import ROPE_THETA
 from .stagger import stagger_offsets as stagger_offsets
 
 Tokens = Float[Array, "B T D"]
-Heads = Float[Array, "B T H hd"]
-Entries = Float[Array, "B C H hd"]
 MASKED = -1e30  # a finite "minus infinity": rows with nothing visible stay finite (output 0)
-
-
-def _complete(y: Float[Array, "B T ..."], stride: int) -> Float[Array, "B C*s ..."]:
-    """The tokens of the complete windows: a last, partial window makes no entry (no query
-    could see it: entry `w` is visible from `t` only when `w < (t + 1) // s`)."""
-    return y[:, : (y.shape[1] // stride) * stride]
-
-
-def _windows(y: Heads, stride: int) -> Float[Array, "B H C s hd"]:
-    y = _complete(y, stride)
-    batch, length, heads, width = y.shape
-    return y.reshape(batch, length // stride, stride, heads, width).transpose(0, 3, 1, 2, 4)
-
-
-def _pool_heads(operator, windows: Float[Array, "B H C s hd"], *params) -> Entries:
-    """`operator(windows[b, h], *params[h])` for every sequence b and head h, as `(B, C, H, hd)`."""
-    per_head = jax.vmap(operator)
-    pooled = jax.vmap(per_head, in_axes=(0,) + (None,) * len(params))(windows, *params)
-    return pooled.transpose(0, 2, 1, 3)
 
 
 class AbstractCompressor(nnx.Module):
@@ -77,143 +57,53 @@ class AbstractCompressor(nnx.Module):
         return None
 
 
-class NoPool(AbstractCompressor):
-    """Every token is its own entry (stride 1): standard causal attention."""
+class Compressor(AbstractCompressor):
+    """A registered operator's decoder form (`idealized.operators`), for one layer.
 
-    def __init__(self):
-        self.stride = 1
-
-    def __call__(self, x, keys, values):
-        return keys, values
-
-
-class MeanPool(AbstractCompressor):
-    """`compression.mean_pool` per head, on keys and on values."""
-
-    def __init__(self, stride: int, heads: int):
-        self.stride, self.heads = stride, heads
-
-    def __call__(self, x, keys, values):
-        pool = lambda y: _pool_heads(compression.mean_pool, _windows(y, self.stride))  # noqa: E731
-        return pool(keys), pool(values)
-
-    def pooling_weights(self):
-        return jnp.full((self.heads, self.stride), 1.0 / self.stride, jnp.float32)
-
-
-class SoftmaxPool(AbstractCompressor):
-    """`compression.softmax_pool` with one learned logit per head and phase, shared by keys and values."""
-
-    def __init__(self, stride: int, heads: int, *, rngs: nnx.Rngs):
-        del rngs  # starts at uniform pooling, as the toy's operator
-        self.stride = stride
-        self.pooling_logits = nnx.Param(jnp.zeros((heads, stride), jnp.float32))
-
-    def __call__(self, x, keys, values):
-        logits = self.pooling_logits[...]
-        pool = lambda y: _pool_heads(compression.softmax_pool, _windows(y, self.stride), logits)  # noqa: E731
-        return pool(keys), pool(values)
-
-    def pooling_weights(self):
-        return jax.nn.softmax(self.pooling_logits[...], axis=-1)
-
-
-class MaxPool(AbstractCompressor):
-    """`compression.max_pool` with a learned per-head projection (identity at init)."""
-
-    def __init__(self, stride: int, heads: int, head_dim: int, *, rngs: nnx.Rngs):
-        del rngs
-        self.stride = stride
-        eye = jnp.eye(head_dim, dtype=jnp.float32)
-        self.projection = nnx.Param(jnp.broadcast_to(eye, (heads, head_dim, head_dim)))
-
-    def __call__(self, x, keys, values):
-        proj = self.projection[...]
-        pool = lambda y: _pool_heads(compression.max_pool, _windows(y, self.stride), proj)  # noqa: E731
-        return pool(keys), pool(values)
-
-
-class LowRank(AbstractCompressor):
-    """`compression.low_rank`: per phase `P_j = I/s + right_j left_j^T` (mean pooling at init)."""
-
-    def __init__(self, stride: int, heads: int, head_dim: int, rank: int, *, rngs: nnx.Rngs):
-        self.stride = stride
-        shape = (heads, stride, head_dim, rank)
-        self.left = nnx.Param(jnp.zeros(shape, jnp.float32))
-        right = jax.random.normal(rngs.params(), shape, jnp.float32) / jnp.sqrt(head_dim)
-        self.right = nnx.Param(right)
-
-    def __call__(self, x, keys, values):
-        left, right = self.left[...], self.right[...]
-        pool = lambda y: _pool_heads(compression.low_rank, _windows(y, self.stride), left, right)  # noqa: E731
-        return pool(keys), pool(values)
-
-    def pooling_weights(self):
-        maps = jax.vmap(compression.phase_maps)(self.left[...], self.right[...])
-        power = jnp.sum(maps**2, axis=(-2, -1))
-        return power / jnp.sum(power, axis=-1, keepdims=True)
-
-
-class DeepSeekV4Pool(AbstractCompressor):
-    """`idealized.deepseek_v4` per head on the layer input: one entry serves as key and value.
-
-    Per head, `wkv` and `wgate` `(D, coff hd)` project the tokens and `ape` `(s, coff hd)` is
-    the learned position bias (`coff = 2` with `overlap`); the entry is the RMS-normalised
-    gated per-channel softmax pool (DeepSeek-V4 shares it between key and value; the layer
-    rotates the key copy to the window start). Gate and bias start at zero: uniform pooling.
+    Its parameters (`AbstractOperator.decoder_params`) are `nnx.Param` attributes named as
+    the operator's fields (`compressor.pooling_logits`, `.ape`, ...: the paths checkpoints
+    and interventions use). `operator = none` keeps every token (stride 1): the dense control.
     """
 
     def __init__(
-        self, stride: int, heads: int, d_model: int, head_dim: int, overlap: bool, *, rngs
+        self,
+        operator: str,
+        *,
+        stride: int,
+        heads: int,
+        d_model: int,
+        head_dim: int,
+        rank: int = 4,
+        overlap: bool = False,
+        rngs: nnx.Rngs,
     ):
-        self.stride, self.overlap = stride, overlap
-        width = (2 if overlap else 1) * head_dim
-        wkv = jax.random.normal(rngs.params(), (heads, d_model, width), jnp.float32)
-        self.wkv = nnx.Param(wkv / jnp.sqrt(d_model))
-        self.wgate = nnx.Param(jnp.zeros((heads, d_model, width), jnp.float32))
-        self.ape = nnx.Param(jnp.zeros((heads, stride, width), jnp.float32))
+        spec = lookup(operator, DECODER)
+        self.operator, self.heads, self.overlap = operator, heads, overlap
+        self.stride = 1 if spec.dense else stride
+        sizes = dict(heads=heads, d_model=d_model, head_dim=head_dim, rank=rank, overlap=overlap)
+        params = spec.decoder_params(stride=self.stride, rngs=rngs, **sizes)
+        self.parameter_names = tuple(params)
+        for name, value in params.items():  # named attributes: the state's paths
+            setattr(self, name, nnx.Param(value))
+
+    def _params(self) -> dict[str, jax.Array]:
+        return {name: getattr(self, name)[...] for name in self.parameter_names}
 
     def __call__(self, x, keys, values):
-        def one(tokens, wkv, wgate, ape):
-            return deepseek_v4(tokens, wkv, wgate, ape, ratio=self.stride, overlap=self.overlap)
-
-        per_head = jax.vmap(one, in_axes=(None, 0, 0, 0))
-        entries = jax.vmap(per_head, in_axes=(0, None, None, None))(
-            _complete(x, self.stride), self.wkv[...], self.wgate[...], self.ape[...]
+        return lookup(self.operator).decoder_pool(
+            self._params(), x, keys, values, stride=self.stride, overlap=self.overlap
         )
-        entries = entries.transpose(0, 2, 1, 3)
-        return entries, entries
 
     def pooling_weights(self):
-        return jax.vmap(ape_pooling_weights, in_axes=(0, None))(self.ape[...], self.overlap)
+        return lookup(self.operator).decoder_pooling_weights(
+            self._params(), stride=self.stride, heads=self.heads, overlap=self.overlap
+        )
 
 
-def make_compressor(
-    operator: str,
-    *,
-    stride: int,
-    heads: int,
-    d_model: int,
-    head_dim: int,
-    rank: int = 4,
-    overlap: bool = False,
-    rngs: nnx.Rngs,
-) -> AbstractCompressor:
-    """A fresh compressor by operator name (`lm_config.LM_OPERATORS`)."""
-    match operator:
-        case "none":
-            return NoPool()
-        case "mean_pool":
-            return MeanPool(stride, heads)
-        case "softmax_pool":
-            return SoftmaxPool(stride, heads, rngs=rngs)
-        case "max_pool":
-            return MaxPool(stride, heads, head_dim, rngs=rngs)
-        case "low_rank":
-            return LowRank(stride, heads, head_dim, rank, rngs=rngs)
-        case "deepseek_v4":
-            return DeepSeekV4Pool(stride, heads, d_model, head_dim, overlap, rngs=rngs)
-    raise ValueError(f"unknown operator {operator!r}")
+def make_compressor(operator: str, **sizes) -> AbstractCompressor:
+    """A fresh compressor by operator name (the registry's decoder operators; `sizes` are
+    `Compressor`'s keyword arguments); a `ConfigError` on an unknown one."""
+    return Compressor(operator, **sizes)
 
 
 def rotate(
@@ -357,7 +247,7 @@ class Attention(nnx.Module):
 
     Arguments:
         d_model, heads: model width D and heads H (head width `D // H`).
-        compressor: the compressed branch (`None`: no compressed branch; `NoPool()`: dense).
+        compressor: the compressed branch (`None`: no compressed branch; operator `none`: dense).
         local_window: the uncompressed branch sees the last `local_window` tokens (0: none).
         rope_dim: RoPE channels per head.
         stagger: head h's compressed windows start `h s // H` tokens later (module docstring).

@@ -19,14 +19,19 @@ import math
 import numbers
 from dataclasses import dataclass
 
-OPERATORS = ("softmax_pool", "mean_pool", "linear", "max_pool", "low_rank", "deepseek_v4")
+from .operators.base import TOY
+from .operators.registry import lookup, operator_names
+
+# The toy's operators as registered when this module was imported (`idealized.operators.
+# registry` is the list; validation reads it live, so later registrations count).
+OPERATORS = operator_names(TOY)
 # Operators with K[c] = sum_j w[j] x[c, j]: their logits need only the inner products q . x.
-PHASE_WEIGHTED_OPERATORS = ("softmax_pool", "mean_pool", "linear")
+PHASE_WEIGHTED_OPERATORS = operator_names(TOY, phase_weighted=True)
 LOSSES = ("mse", "ce")
 OPTIMIZERS = ("sgd", "adam")
 
 # Operators whose pooling weights are a distribution over phases (the phase-entropy regulariser).
-DISTRIBUTION_POOLING_OPERATORS = ("softmax_pool", "mean_pool", "low_rank", "deepseek_v4")
+DISTRIBUTION_POOLING_OPERATORS = operator_names(TOY, distribution=True)
 
 # Fields of TrainConfig that travel as arrays (one compiled program for all their values).
 HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
@@ -76,6 +81,16 @@ def _phase_entropy(value, operator: str, operators: tuple[str, ...]) -> None:
             "phase_entropy",
             f"needs pooling weights that form a distribution over phases "
             f"({', '.join(operators)}), not {operator}",
+        )
+
+
+def _fixed_weights(phase_entropy, operator: str) -> None:
+    """A training run refuses `phase_entropy` where the pooling weights have no parameter."""
+    if phase_entropy > 0 and lookup(operator).fixed_weights:
+        raise ConfigError(
+            "phase_entropy",
+            f"{operator}'s pooling weights are fixed, so the regulariser changes nothing "
+            f"(got {phase_entropy!r})",
         )
 
 
@@ -171,7 +186,7 @@ class ModelConfig:
         _int_at_least("chunks", self.chunks, 2)
         _int_at_least("dim", self.dim, 1)
         _int_at_least("heads", self.heads, 1)
-        _one_of("operator", self.operator, OPERATORS)
+        _one_of("operator", self.operator, operator_names(TOY))
         _one_of("loss", self.loss, LOSSES)
         _int_at_least("rank", self.rank, 1)
         _int_at_least("rope_dim", self.rope_dim, 0)
@@ -186,7 +201,7 @@ class ModelConfig:
     def _validate_chunking(self) -> None:
         if self.rope_anchor and self.rope_dim == 0:
             raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
-        _phase_entropy(self.phase_entropy, self.operator, DISTRIBUTION_POOLING_OPERATORS)
+        _phase_entropy(self.phase_entropy, self.operator, operator_names(TOY, distribution=True))
         _int_at_least("offset_ensemble", self.offset_ensemble, 1)
         if self.offset_ensemble > self.stride:
             raise ConfigError(
@@ -217,7 +232,7 @@ class ModelConfig:
     def uses_gram(self) -> bool:
         """True when the logits depend on the keys only through `q . x[c, j]` (the fast path)."""
         # rope_anchor keeps it: only the needle's self-product rotates (idealized.model.logits_at).
-        return self.operator in PHASE_WEIGHTED_OPERATORS and not self.learn_projections
+        return lookup(self.operator).phase_weighted and not self.learn_projections
 
 
 @dataclass(frozen=True)
@@ -300,12 +315,7 @@ class TrainConfig(ModelConfig):
             raise ConfigError(
                 "stagger", "shifts head h's chunk boundaries by h*s//H tokens: needs --heads >= 2"
             )
-        if self.phase_entropy > 0 and self.operator == "mean_pool":
-            raise ConfigError(
-                "phase_entropy",
-                f"mean_pool's pooling weights are fixed, so the regulariser changes nothing "
-                f"(got {self.phase_entropy!r})",
-            )
+        _fixed_weights(self.phase_entropy, self.operator)
         if self.weight_decay and not (self.learn_gain or self.learn_projections):
             raise ConfigError(
                 "weight_decay",

@@ -18,15 +18,20 @@ from .config import (
     _boolean,
     _int_at_least,
     _nonnegative_finite,
+    _fixed_weights,
     _one_of,
     _phase_entropy,
     _positive_finite,
 )
+from .operators.base import DECODER
+from .operators.registry import operator_names
 
-LM_OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "low_rank", "deepseek_v4", "none")
-"""Compression operators of a compressed layer; `none` keeps every token (the dense control)."""
-DISTRIBUTION_OPERATORS = ("softmax_pool", "low_rank", "deepseek_v4")
-"""Operators whose learned pooling weights form a distribution over phases (`phase_entropy`)."""
+LM_OPERATORS = operator_names(DECODER)
+"""Compression operators of a compressed layer as registered at import (`idealized.operators`;
+validation reads the registry live); `none` keeps every token (the dense control)."""
+DISTRIBUTION_OPERATORS = operator_names(DECODER, distribution=True)
+"""Operators whose pooling weights form a distribution over phases (`phase_entropy` needs
+them learned too: not the registry's `fixed_weights`, so not mean_pool)."""
 LAYER_KINDS = ("dense", "sliding", "compressed", "swa", "csa", "hca")
 V4_KINDS = ("swa", "csa", "hca")
 """DeepSeek-V4's layer kinds (`idealized.v4_attention`): sliding-only, compressed sparse, heavily
@@ -166,7 +171,7 @@ class DecoderConfig:
             raise ConfigError("heads", f"must divide --d-model ({self.d_model}), got {self.heads}")
         _int_at_least("mlp", self.mlp, 0)
         _int_at_least("stride", self.stride, 1)
-        _one_of("operator", self.operator, LM_OPERATORS)
+        _one_of("operator", self.operator, operator_names(DECODER))
         _boolean("overlap", self.overlap)
         if self.overlap and self.operator != "deepseek_v4":
             raise ConfigError("overlap", f"applies to deepseek_v4 only, not {self.operator}")
@@ -328,7 +333,7 @@ class LMConfig:
     `2 stride` tokens, `deepseek_v4` only); `phase_entropy` adds
     `-phase_entropy * mean entropy(pooling weights)` over the compressed layers and heads
     to the training loss (as the toy's `phase_entropy`; operators whose pooling weights
-    are a distribution over phases: `DISTRIBUTION_OPERATORS`).
+    are a distribution over phases and learned: `DISTRIBUTION_OPERATORS` but mean_pool).
 
     DeepSeek-V4's layers (`swa`, `csa`, `hca` in `layout`; `DecoderConfig`; `V4_DESIGN`):
     the indexer's top-k passes no gradient, so with `indexer_topk > 0` the loss adds
@@ -409,7 +414,8 @@ class LMConfig:
         _int_at_least("warmup", self.warmup, 0)
         _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
-        _phase_entropy(self.phase_entropy, self.operator, DISTRIBUTION_OPERATORS)
+        _phase_entropy(self.phase_entropy, self.operator, operator_names(DECODER, distribution=True))
+        _fixed_weights(self.phase_entropy, self.operator)
         _nonnegative_finite("indexer_kl", self.indexer_kl)
         if self.phase_entropy > 0 and any(k in V4_KINDS for k in self.layer_kinds):
             raise ConfigError(

@@ -44,7 +44,6 @@ from jaxtyping import Array, Bool, Float
 
 from .attention import (
     MASKED,
-    _complete,
     band_to_dense,
     compressed_visibility,
     local_band_visibility,
@@ -54,6 +53,7 @@ from .attention import (
     rotate,
 )
 from .deepseek_v4 import ape_pooling_weights, deepseek_v4, rms_norm
+from .operators.base import complete
 from .rope import ROPE_THETA
 
 V4_LAYER_KINDS = ("sliding", "csa", "hca")
@@ -111,7 +111,7 @@ class V4Compressor(nnx.Module):
 
         per_head = jax.vmap(one, in_axes=(None, 0, 0, 0))
         entries = jax.vmap(per_head, in_axes=(0, None, None, None))(
-            _complete(x, self.stride), self.wkv[...], self.wgate[...], self.ape[...]
+            complete(x, self.stride), self.wkv[...], self.wgate[...], self.ape[...]
         )  # (B, G, C, width)
         return entries.transpose(0, 2, 1, 3) * self.norm.weight[...][None, None]
 

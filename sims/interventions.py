@@ -36,6 +36,7 @@ from weakspots.idealized.metrics import (
     wilson_interval,
 )
 from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
+from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import Batch, sample_batch
 from weakspots.idealized.xla import filter_jit, jit
@@ -215,7 +216,7 @@ def ablate(
         "patch_uniform": patch[1].tolist() if patching else None,
         "samples": samples,
     }
-    if weights is not None and config.operator in ("softmax_pool", "mean_pool", "linear"):
+    if weights is not None and lookup(config.operator).phase_weighted:
         variant = _variant(config, model)
         args = (weights, gain, config.chunks, config.dim)
         predict = {

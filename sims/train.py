@@ -34,6 +34,7 @@ from weakspots.idealized.loss import (
 from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.model import RetrievalModel, init_model, run_keys
+from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
@@ -315,9 +316,7 @@ def memory_needed(config: TrainConfig, runs: int) -> tuple[int, str]:
     of them (`batch` or `eval_samples`).
     """
     m = config.model
-    # maps of every token, per head: max_pool's projected keys (its backward reuses them),
-    # deepseek_v4's per-channel scores and their softmax weights
-    per_token = {"max_pool": 1, "deepseek_v4": 2}.get(m.operator, 0)
+    per_token = lookup(m.operator).token_maps  # maps of every token, per head
     if m.uses_gram:
         per_needle = config.chunks * (m.slots + config.heads)
     else:

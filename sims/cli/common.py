@@ -12,8 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from weakspots.idealized.config import LOSSES, OPERATORS, OPTIMIZERS, TrainConfig
+from weakspots.idealized.config import LOSSES, OPTIMIZERS, TrainConfig
 from weakspots.idealized.metrics import runs_interval
+from weakspots.idealized.operators.base import TOY
+from weakspots.idealized.operators.registry import operator_names
 
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"
@@ -100,7 +102,7 @@ def add_train_flags(parser: argparse.ArgumentParser) -> None:
     add_model_flags(parser)
     group = parser.add_argument_group("training")
     group.add_argument(
-        "--operator", default=_DEFAULT.operator, help=f"one of {', '.join(OPERATORS)}"
+        "--operator", default=_DEFAULT.operator, help=f"one of {', '.join(operator_names(TOY))}"
     )
     group.add_argument(
         "--learn-projections", action="store_true", help="learn per-head query/key projections"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from weakspots.idealized.config import OPERATORS
+from weakspots.idealized.operators.base import TOY
+from weakspots.idealized.operators.registry import operator_names
 from weakspots.sims.interventions import (
     MITIGATIONS,
     compare_mitigations,
@@ -32,7 +33,7 @@ def register(subparsers) -> None:
     common.add_train_flags(parser)
     group = parser.add_argument_group("what to compare (give one)")
     group.add_argument(
-        "--operators", default=None, help=f"comma-separated, from {', '.join(OPERATORS)}"
+        "--operators", default=None, help=f"comma-separated, from {', '.join(operator_names(TOY))}"
     )
     group.add_argument(
         "--mitigations",
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if (args.operators is None) == (args.mitigations is None):
         raise common.UsageError("--operators: give exactly one of --operators or --mitigations")
     if args.operators is not None:
-        key, names = "operators", _names("--operators", args.operators, OPERATORS)
+        key, names = "operators", _names("--operators", args.operators, operator_names(TOY))
         planned = operator_configs(base, names, seeds)
     else:
         key, names = "mitigations", _names("--mitigations", args.mitigations, tuple(MITIGATIONS))

@@ -7,13 +7,15 @@ import dataclasses
 
 from weakspots.idealized.lm_config import (
     LAYER_KINDS,
-    LM_OPERATORS,
     V4_DESIGN,
     V4_FIELDS,
     V4_KINDS,
     LMConfig,
     with_design,
 )
+
+from weakspots.idealized.operators.base import DECODER
+from weakspots.idealized.operators.registry import operator_names
 
 from . import common
 
@@ -34,11 +36,11 @@ HELP = {
     "heads": "attention heads H",
     "mlp": "MLP hidden width in multiples of D (0: no MLP)",
     "stride": "tokens per compressed entry s (also the period phases are counted in)",
-    "operator": f"one of {', '.join(LM_OPERATORS)} (none: dense control)",
+    "operator": f"one of {', '.join(operator_names(DECODER))} (none: dense control)",
     "overlap": "deepseek_v4: windows of 2s tokens with stride s, as CSA",
     "stagger": "shift head h's compressed windows by h*s//H tokens (needs --heads >= 2)",
     "phase_entropy": "add -W x mean entropy of the pooling weights to the loss "
-    "(softmax_pool, low_rank, deepseek_v4)",
+    f"({', '.join(operator_names(DECODER, distribution=True, fixed_weights=False))})",
     "window": "tokens a sliding layer sees",
     "local_window": "uncompressed recent tokens a compressed layer also sees (0: none)",
     "rope_dim": "RoPE channels per head",

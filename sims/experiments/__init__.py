@@ -27,6 +27,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
+from weakspots.idealized.operators.registry import lookup
 from weakspots.sims.experiments import (
     accuracy_formula,
     escape_onset,
@@ -199,7 +200,7 @@ def training_cost(configs) -> float:
         needles = config.steps * config.batch + evaluations * config.stride * config.eval_samples
         per_needle = config.chunks * config.stride * config.heads
         if not config.uses_gram:
-            projections = 2 if config.operator == "deepseek_v4" else 1
+            projections = lookup(config.operator).projections
             per_needle *= projections * config.dim * config.dim
         total += float(needles * per_needle)
     return total

@@ -8,6 +8,8 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.operators.base import TOY
+from weakspots.idealized.operators.registry import operator_names
 from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
@@ -15,8 +17,9 @@ from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.uniform_state import predicted_support
 from weakspots.sims.interventions import compare_operators, operator_configs
 
-GRAM_OPERATORS = ("softmax_pool", "mean_pool", "linear")
-KEY_OPERATORS = ("max_pool", "low_rank", "deepseek_v4")
+# The toy's operators whose logits need only inner products, and those that need real keys.
+GRAM_OPERATORS = operator_names(TOY, phase_weighted=True)
+KEY_OPERATORS = operator_names(TOY, phase_weighted=False)
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,14 @@ from flax import nnx
 from weakspots.idealized.attention import AbstractCompressor, Attention
 from weakspots.idealized.decoder import Decoder
 from weakspots.idealized.lm_config import DecoderConfig, LMConfig
+from weakspots.idealized.operators.base import DECODER
+from weakspots.idealized.operators.registry import lookup
 
-POSITION_PARAMETERS = {  # operator -> (parameter names, the phase axis counted from the right)
-    "softmax_pool": (("pooling_logits",), -1),
-    "deepseek_v4": (("ape",), -2),
-    "low_rank": (("left", "right"), -3),
-}
+
+def position_parameters(operator: str) -> tuple[tuple[str, ...], int] | None:
+    """The operator's learned position parameters: (names, the phase axis counted from the
+    right), or None (the registry's `position_parameters`)."""
+    return lookup(operator, DECODER).position_parameters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,19 +137,19 @@ class AblateLayer(Edit):
 
 @dataclasses.dataclass(frozen=True)
 class _PositionBias(Edit):
-    """A change to each of the compressor's learned per-phase parameters (`POSITION_PARAMETERS`)."""
+    """A change to each of the compressor's learned per-phase parameters (`position_parameters`)."""
 
     @abc.abstractmethod
     def change(self, param: nnx.Variable, name: str, axis: int) -> None:
         """Change `param` (named `name`, its phase axis `axis` from the right) in place."""
 
     def edit(self, attention, config):
-        names, axis = POSITION_PARAMETERS[config.operator]
+        names, axis = position_parameters(config.operator)
         for name in names:
             self.change(getattr(attention.compressor, name), name, axis)
 
     def applies_to(self, config, compressed):
-        return compressed and config.operator in POSITION_PARAMETERS
+        return compressed and position_parameters(config.operator) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +280,6 @@ def _zero_rows(attention, rows: slice) -> None:
 
 __all__ = [
     "EDITS",
-    "POSITION_PARAMETERS",
     "AblateHead",
     "AblateLayer",
     "Edit",

@@ -1,0 +1,70 @@
+"""The one list of compression operators: a new operator is one file and one `register` line.
+
+Every consumer asks here: the configs' validation (`operator_names`, the facts of
+`lookup(name)`), the toy's and the decoder's compressors, the interventions' position
+parameters, the experiments' operator lists and the command line's help.
+
+`mean_pool` and the phase-entropy regulariser: its weights `1/s` are a distribution over
+phases (`distribution`), but a fixed one (`fixed_weights`), so the regulariser is a
+constant there. The structural config (`ModelConfig`, which only asks whether the
+regulariser is defined) accepts it; a training run (`TrainConfig`, `LMConfig`) refuses it,
+as it refuses any flag that changes nothing.
+"""
+
+from __future__ import annotations
+
+from .base import FAMILIES, AbstractOperator
+from .deepseek_v4 import DeepSeekV4
+from .linear import LinearPool
+from .low_rank import LowRank
+from .max_pool import MaxPool
+from .mean_pool import MeanPool
+from .none import NoPool
+from .softmax_pool import SoftmaxPool
+
+_REGISTRY: dict[str, type[AbstractOperator]] = {}
+
+
+def register(operator: type[AbstractOperator]) -> type[AbstractOperator]:
+    """Add `operator` under `operator.name` (usable as a class decorator); returns it."""
+    if operator.name in _REGISTRY:
+        raise ValueError(f"operator {operator.name!r} is already registered")
+    if not operator.families or set(operator.families) - set(FAMILIES):
+        raise ValueError(f"families must be some of {FAMILIES}, got {operator.families!r}")
+    _REGISTRY[operator.name] = operator
+    return operator
+
+
+def unregister(name: str) -> None:
+    """Remove the operator registered as `name`."""
+    del _REGISTRY[name]
+
+
+def operator_names(family: str | None = None, **facts) -> tuple[str, ...]:
+    """Names in registration order, of operators supporting `family` with the given class facts
+    (e.g. `operator_names("toy", phase_weighted=True)`)."""
+    return tuple(
+        name
+        for name, op in _REGISTRY.items()
+        if (family is None or family in op.families)
+        and all(getattr(op, fact) == value for fact, value in facts.items())
+    )
+
+
+def lookup(name: str, family: str | None = None) -> type[AbstractOperator]:
+    """The operator registered as `name` (for `family`); a `ConfigError` on `--operator` if none."""
+    from ..config import ConfigError  # config imports this module
+
+    allowed = operator_names(family)
+    if name not in allowed:
+        raise ConfigError("operator", f"must be one of {', '.join(allowed)}; got {name!r}")
+    return _REGISTRY[name]
+
+
+register(SoftmaxPool)
+register(MeanPool)
+register(LinearPool)
+register(MaxPool)
+register(LowRank)
+register(DeepSeekV4)
+register(NoPool)

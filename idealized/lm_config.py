@@ -16,9 +16,9 @@ from typing import Any
 from .config import (
     ConfigError,
     _boolean,
+    _fixed_weights,
     _int_at_least,
     _nonnegative_finite,
-    _fixed_weights,
     _one_of,
     _phase_entropy,
     _positive_finite,

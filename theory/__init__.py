@@ -1,5 +1,7 @@
 """Closed-form and semi-analytic predictions, and the reduced gradient-flow loss."""
 
+from weakspots.idealized.stagger import stagger_offsets as stagger_offsets
+
 from .accuracy import delta_max as delta_max
 from .accuracy import needle_accuracy as needle_accuracy
 from .accuracy import phase_accuracy as phase_accuracy
@@ -74,7 +76,6 @@ from .interventions import slot_accuracy as slot_accuracy
 from .mitigations import entropy_critical_weight as entropy_critical_weight
 from .mitigations import offset_ensemble_accuracy as offset_ensemble_accuracy
 from .mitigations import overlap_coverage as overlap_coverage
-from weakspots.idealized.stagger import stagger_offsets as stagger_offsets
 from .mitigations import staggered_coverage as staggered_coverage
 from .noise_floor import accuracy_sensitivity as accuracy_sensitivity
 from .noise_floor import delta_max_distribution as delta_max_distribution

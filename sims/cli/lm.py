@@ -13,7 +13,6 @@ from weakspots.idealized.lm_config import (
     LMConfig,
     with_design,
 )
-
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 

@@ -11,11 +11,11 @@ from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import specialization_index, support_size
 from weakspots.sims.experiments.canonical import (
-    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    TRAINING,
     Training,
     base_config,
     base_flow,

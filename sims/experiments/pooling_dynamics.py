@@ -11,11 +11,11 @@ from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.model import initial_pooling_logits
 from weakspots.sims.experiments.canonical import (
-    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    TRAINING,
     Training,
     base_config,
     base_flow,

@@ -9,11 +9,11 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
-    TRAINING,
     CHUNKS,
     EVENT_LEVEL,
     GAIN,
     STRIDE,
+    TRAINING,
     Training,
     base_config,
     base_flow,

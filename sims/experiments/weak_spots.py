@@ -11,11 +11,11 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
-    TRAINING,
     CHUNKS,
     DIM,
     GAIN,
     STRIDE,
+    TRAINING,
     Training,
     base_config,
     correct_at_phase,

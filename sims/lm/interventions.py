@@ -54,6 +54,7 @@ from weakspots.sims.lm.evaluate import (
 from weakspots.sims.lm.train import first_query_hits, graphdef, jit, merge
 from weakspots.sims.progress import Progress
 
+
 def edited_parameters(config: LMConfig, params: nnx.State, edit: Edit | None) -> nnx.State:
     """The parameter state after a parameter edit (`edit.changes_program` False; None: unchanged).
 

@@ -38,7 +38,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized import metrics
 from weakspots.idealized.decoder import trace
 from weakspots.idealized.lm_config import LMConfig
 from weakspots.idealized.recall import placed_batch

@@ -4,7 +4,7 @@ Five comparisons, each timed with its baseline in the same process, repeats inte
 (one of each per round, so that load from other jobs falls on both); a ratio is the
 median over rounds of the ratio within a round (`paired_ratio`):
 
-* `speedup_vs_naive_loop`: model-steps per second of `sims.train.run_batch` on a batch of
+* `speedup_vs_naive_loop`: model-steps per second of `sims.toy.train.run_batch` on a batch of
   canonical runs (`s=8, N=64, d=64, H=1`, batch 256, evaluation included) over the naive
   trainer a user writes first (`benchmarks/naive_trainer.py`: one model, a jitted step
   called from a Python loop, real keys drawn every step).
@@ -12,11 +12,11 @@ median over rounds of the ratio within a round (`paired_ratio`):
   same generator, for the same batch of runs, only draws the random numbers one exact step
   needs (`benchmarks/rng_limit.py`): the share of the machine's limit that is reached.
 * `flow_speedup_vs_scipy`: reduced-flow trajectories (docs/theory.md §5) for a batch of starts and
-  gains, `sims.flow.gradient_flow` on `sims.flow.reduced_objective` vmapped and compiled,
+  gains, `sims.toy.flow.gradient_flow` on `sims.toy.flow.reduced_objective` vmapped and compiled,
   over `scipy.integrate.solve_ivp` (LSODA, `benchmarks/scipy_flow.py`) one problem at a time,
   at the same tolerances and save times, checked to agree.
 * `reduced_flow_api_speedup_vs_scipy`: the same flows through the public API,
-  `sims.flow.solve_many` (`FlowConfig`s in, results with the specialisation time out),
+  `sims.toy.flow.solve_many` (`FlowConfig`s in, results with the specialisation time out),
   over the same LSODA baseline; its trajectories are checked against the raw solve's.
 * `sharding_speedup`: the same training batch split over 2 forced host devices against 1
   (a subprocess: the device count is fixed when jax starts).
@@ -45,11 +45,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.benchmarks import naive_trainer, operator_step, rng_limit, scipy_flow
-from weakspots.idealized.config import FlowConfig, TrainConfig
 from weakspots.idealized.precision import float64_module
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
 from weakspots.idealized.xla import jit
-from weakspots.sims import flow
-from weakspots.sims import train as trainer
+from weakspots.sims.toy import flow
+from weakspots.sims.toy import train as trainer
 
 CANONICAL = TrainConfig()  # s=8, N=64, d=64, H=1, batch 256, softmax_pool, mse, SGD
 TARGETS = {
@@ -73,7 +73,7 @@ class BenchSettings:
     naive_steps: int = 3  # naive-loop steps per round (each runs uncompiled, so few)
     flow_problems: int = 256  # reduced flows solved in one diffrax batch
     scipy_problems: int = 256  # of those, solved one by one with LSODA
-    flow_api: bool = True  # also time the public API, sims.flow.solve_many (with the event)
+    flow_api: bool = True  # also time the public API, sims.toy.flow.solve_many (with the event)
     sharding: bool = True
     shard_steps: int = 200
     shard_repeats: int = 3
@@ -210,7 +210,7 @@ def _program_memory_mb(config: TrainConfig, hyper: trainer.Hyper) -> float:
 def diffrax_trajectories(pooling_logits0, gains, chunks, ts, *, stride):
     """Reduced-flow trajectories, vmapped: pooling weights `(P, T, H, s)` at `ts`.
 
-    The flow `sims.flow.solve_many` integrates (`gradient_flow` on `reduced_objective`,
+    The flow `sims.toy.flow.solve_many` integrates (`gradient_flow` on `reduced_objective`,
     fixed gain, log parametrisation), without its second, event-located solve: the same
     work as the LSODA baseline.
     """
@@ -237,7 +237,7 @@ def bench_flow(settings: BenchSettings, log: Callable[[str], None]) -> dict:
     """Batched diffrax reduced flows against LSODA one by one, on the same problems.
 
     The raw batched solve (`diffrax_trajectories`) and, with `settings.flow_api`, the public
-    API (`sims.flow.solve_many`: configs in, results with the specialisation time out) are
+    API (`sims.toy.flow.solve_many`: configs in, results with the specialisation time out) are
     timed between the LSODA slices, so all three see the same load.
     """
     chunks = float(CANONICAL.chunks)
@@ -257,7 +257,7 @@ def bench_flow(settings: BenchSettings, log: Callable[[str], None]) -> dict:
     calls = {"diffrax": batch}
     if settings.flow_api:
         api = partial(_solve_with_api, logits0, gains)
-        log("flow: compiling sims.flow.solve_many")
+        log("flow: compiling sims.toy.flow.solve_many")
         api_first = timed(api)
         api_weights = flow.stack(api()).pooling_weights
         calls["api"] = api
@@ -322,7 +322,7 @@ def bench_flow(settings: BenchSettings, log: Callable[[str], None]) -> dict:
 
 
 def _solve_with_api(logits0: np.ndarray, gains: np.ndarray) -> list:
-    """`sims.flow.solve_many` on the bench's problems: one FlowConfig per (start, gain)."""
+    """`sims.toy.flow.solve_many` on the bench's problems: one FlowConfig per (start, gain)."""
     configs = [
         FlowConfig(
             stride=CANONICAL.stride,

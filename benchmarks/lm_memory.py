@@ -1,7 +1,7 @@
 """Peak memory of one decoder training step against the model's own activations, by T.
 
 For the V4 decoder of `--design v4` (`V4_DESIGN`: sliding, CSA with indexer, HCA, CSA) at
-sequence lengths T, one training step (`sims.lm.train.step`: batch sampled, forward,
+sequence lengths T, one training step (`sims.decoder.train.step`: batch sampled, forward,
 backward, AdamW) is compiled, not run, and XLA's `memory_analysis()` gives its peak:
 arguments + outputs + temporaries - aliased bytes. Beside it, `activations_bytes` counts
 from shapes what the model itself produces per step (`activation_bytes`), and
@@ -24,8 +24,8 @@ from functools import partial
 import jax
 import numpy as np
 
-from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
-from weakspots.sims.lm import train as lm_train
+from weakspots.idealized.decoder.config import V4_DESIGN, LMConfig
+from weakspots.sims.decoder import train as lm_train
 
 LENGTHS = (512, 1024, 2048, 4096)
 BUDGET = 24 * 2**30  # bytes: a 24 GiB machine

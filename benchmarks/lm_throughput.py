@@ -1,6 +1,6 @@
 """Decoder training throughput, as ratios measured in one run.
 
-* `lm_speedup_vs_loop` (measured, no target): training tokens per second of `sims.lm.train`
+* `lm_speedup_vs_loop` (measured, no target): training tokens per second of `sims.decoder.train`
   advancing a batch of R seeds at once (one compiled, vmapped program, `eval_every` steps
   in `lax.scan`) over the same R seeds trained one at a time from a Python loop (a jitted
   single-run step per call, the trainer a user writes first). Both do the same work: the steps, and
@@ -10,7 +10,7 @@
   (`benchmarks.v4_vs_hf.decoder_flops_per_step`: matmuls, the indexer and top-k counted,
   forward and backward, plus the held-out forward pass) over the machine's float32 matmul
   rate, measured in the same run on square matrices (`PEAK_MATMUL` a side) with the same
-  threads. The default decoder's, counted by `sims.lm.train.model_flops_per_step`, is
+  threads. The default decoder's, counted by `sims.decoder.train.model_flops_per_step`, is
   `default_decoder_flop_utilisation`.
 
 Beside the two ratios, to say where the time goes (measured in the same rounds): the
@@ -43,9 +43,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.benchmarks import v4_vs_hf
-from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
+from weakspots.idealized.decoder.config import V4_DESIGN, LMConfig
 from weakspots.idealized.precision import float64_module
-from weakspots.sims.lm import train as lm_train
+from weakspots.sims.decoder import train as lm_train
 
 TARGETS = {"lm_flop_utilisation": 0.5}  # lm_speedup_vs_loop is measured, with no target
 PEAK_MATMUL = 1024  # side of the square float32 matmul that measures the machine's rate

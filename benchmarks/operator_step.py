@@ -3,7 +3,7 @@
 `max_pool`, `low_rank` and `deepseek_v4` need the keys themselves (`B N s d` numbers a
 step). Three rewrites keep their numbers and make the step cheaper:
 
-* the sampler's words come from an unrolled Threefry hash (`idealized.task.threefry_words`)
+* the sampler's words come from an unrolled Threefry hash (`idealized.toy.task.threefry_words`)
   instead of `jax.random.bits`, whose CPU lowering is a loop that writes the key array out
   once per 4 rounds; the bits are identical (all three operators);
 * `low_rank` contracts each flattened chunk with the stacked phase maps instead of the
@@ -12,7 +12,7 @@ step). Three rewrites keep their numbers and make the step cheaper:
 * `deepseek_v4` pools its window as `sum e kv / sum e` instead of softmax then sum.
 
 `plain_forms()` puts the plain versions back (for tracing only); `compare` times a jitted,
-run-vmapped block of canonical training steps (`sims.train.advance`, no evaluation) with
+run-vmapped block of canonical training steps (`sims.toy.train.advance`, no evaluation) with
 each, rounds interleaved, and reports the paired ratio plain/current of the step time,
 with the two forms' losses, which must agree to float32 rounding.
 
@@ -31,21 +31,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized import compression, task
 from weakspots.idealized import deepseek_v4 as deepseek
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
 from weakspots.idealized.precision import float64_module
+from weakspots.idealized.toy import compression, task
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.xla import jit
-from weakspots.sims import train as trainer
+from weakspots.sims.toy import train as trainer
 
 OPERATORS = operator_names(TOY, phase_weighted=False)  # the operators that need real keys
 LOSS_RTOL = 1e-4  # float32 steps: the two forms round differently, nothing more
 
 
 def bits_random_words(key, shape):
-    """`idealized.task.random_words` as it was: `jax.random.bits` (a rolled loop on CPU)."""
+    """`idealized.toy.task.random_words` as it was: `jax.random.bits` (a rolled loop on CPU)."""
     size = math.prod(shape)
     wide = jax.random.bits(key, (-(-size // 2),), jnp.uint64)
     return jax.lax.bitcast_convert_type(wide, jnp.uint32).reshape(-1)[:size].reshape(shape)

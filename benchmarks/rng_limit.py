@@ -4,8 +4,8 @@ One exact training step of the inner-product trainer needs, per model, the `B N 
 query-key inner products and the `B` query norms `|q|^2 ~ chi^2_d / d` (the logits and
 their gradients depend on nothing else that is random). This program draws exactly
 those, with the trainer's generator (the key the trainer's `init` makes, split once a
-step as `step` does, normals from `idealized.task.standard_normal`, norms from
-`idealized.task.chi_square`), for the same batch of models (`vmap` over runs, steps in
+step as `step` does, normals from `idealized.toy.task.standard_normal`, norms from
+`idealized.toy.task.chi_square`), for the same batch of models (`vmap` over runs, steps in
 `lax.scan`), compiled as the trainer is (`idealized.xla.jit`), and only sums them so
 that nothing is optimised away. Its model-steps per second bound the trainer's:
 `fraction_of_rng_limit = trainer / this`.
@@ -22,11 +22,11 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.task import chi_square, split_key, standard_normal
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.task import chi_square, split_key, standard_normal
 from weakspots.idealized.xla import jit
-from weakspots.sims.train import DTYPE, Hyper, init
+from weakspots.sims.toy.train import DTYPE, Hyper, init
 
 
 def draw(config: TrainConfig, key, steps: int):

@@ -8,7 +8,7 @@ user would for scipy: the gradient by hand in numpy,
     dL/da_h = alpha_h * (dL/dalpha_h - <dL/dalpha_h, alpha_h>)   (softmax chain rule),
 
 integrated by `scipy.integrate.solve_ivp(method="LSODA")` at the same tolerances and
-save times as `sims.flow.solve_many`. `weakspots bench` times both on the same
+save times as `sims.toy.flow.solve_many`. `weakspots bench` times both on the same
 problems and checks that they agree (`flow_speedup_vs_scipy`).
 
     python benchmarks/scipy_flow.py --problems 16

@@ -4,7 +4,7 @@
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python benchmarks/sweep_throughput.py
 
 "One by one" is what a shell loop over `weakspots train --seed i` would do inside one
-process (so process start-up is not even counted): `sims.train.train(config)` per run.
+process (so process start-up is not even counted): `sims.toy.train.train(config)` per run.
 Both are timed after a warm-up that compiles their programs, then again cold-inclusive.
 """
 
@@ -15,8 +15,8 @@ import time
 import jax
 
 from weakspots.idealized.precision import float64_module
-from weakspots.sims import sweep
-from weakspots.sims.train import train
+from weakspots.sims.runs import sweep
+from weakspots.sims.toy.train import train
 
 
 def main() -> None:

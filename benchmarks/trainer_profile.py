@@ -12,9 +12,9 @@ the stages:
                     norms, the needle's entry), summed
     forward       + the logits and the loss
     gradient      + the backward pass and a plain SGD update of the pooling logits
-    step          `sims.train.step`: + optax (`inject_hyperparams`) and the step mask
+    step          `sims.toy.train.step`: + optax (`inject_hyperparams`) and the step mask
     block         `eval_every` steps and one evaluation, as one program (`_advance_many`)
-    run_batch     the whole `sims.train.run_batch` over `--blocks` blocks (every evaluation,
+    run_batch     the whole `sims.toy.train.run_batch` over `--blocks` blocks (every evaluation,
                     the initial one included, and the host's work), per block
 
 With `--trace DIR`, also the time of each XLA:CPU kernel of one `run_batch`
@@ -38,12 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.benchmarks import rng_limit
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.loss import objective
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.task import sample_batch, split_key
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.loss import objective
+from weakspots.idealized.toy.task import sample_batch, split_key
 from weakspots.idealized.xla import jit
-from weakspots.sims import train as trainer
+from weakspots.sims.toy import train as trainer
 
 
 def _scanned(config: TrainConfig, one_step):

@@ -4,7 +4,7 @@ A training step (forward, backward, AdamW update) of DeepSeek-V4's attention, a 
 (overlapping compressor, Lightning Indexer, top-k) and an HCA layer, on the same shapes,
 weights and batch:
 
-* `jax`: `idealized.v4_attention.V4Attention` loaded with the HF layer's weights
+* `jax`: `idealized.decoder.v4_attention.V4Attention` loaded with the HF layer's weights
   (`interop.hf.layer_from_hf`), loss, gradient and `optax.adamw` in one jitted step;
 * `hf_eager`: transformers' `DeepseekV4Attention` (eager attention) with
   `torch.optim.AdamW`, as a PyTorch user trains it;
@@ -236,7 +236,7 @@ def v4_layer_flops(
 
 def decoder_flops_per_step(config) -> float:
     """FLOPs of one training step of an `LMConfig` decoder of V4 layers (`swa`, `csa`,
-    `hca`), by count, as `sims.lm.train.model_flops_per_step` counts other decoders: per
+    `hca`), by count, as `sims.decoder.train.model_flops_per_step` counts other decoders: per
     layer `v4_layer_flops` and the MLP, plus the unembedding of the query section, forward
     and backward (3x the forward). The indexer, whose input is detached but whose KL the
     trainer differentiates: forward once, its projections' weight gradients (1x) and its
@@ -246,7 +246,7 @@ def decoder_flops_per_step(config) -> float:
     once = 0.0
     for kind in config.layer_kinds:
         if kind not in ("swa", "csa", "hca"):
-            raise ValueError(f"layer kind {kind!r}: use sims.lm.train.model_flops_per_step")
+            raise ValueError(f"layer kind {kind!r}: use sims.decoder.train.model_flops_per_step")
         dense = config.operator == "none" and kind != "swa"
         parts = v4_layer_flops(
             "sliding" if kind == "swa" or dense else kind,

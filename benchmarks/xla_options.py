@@ -1,6 +1,6 @@
 """The trainer compiled with `idealized.xla.COMPILER_OPTIONS` against XLA's defaults, in one run.
 
-Times a jitted, run-vmapped block of canonical training steps (`sims.train.advance`, no
+Times a jitted, run-vmapped block of canonical training steps (`sims.toy.train.advance`, no
 evaluation) compiled both ways, rounds interleaved, and prints the paired ratio
 default/ours of the step time (wall and CPU), each form's compile time, and the largest
 difference between the two forms' step losses (float32 rounding, nothing more).
@@ -20,10 +20,10 @@ from functools import partial
 import jax
 import numpy as np
 
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.precision import float64_module
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.xla import COMPILER_OPTIONS
-from weakspots.sims import train as trainer
+from weakspots.sims.toy import train as trainer
 
 SETTINGS = {  # the configs whose steps paper_repro trains most
     "canonical": {},

@@ -12,7 +12,7 @@ per sequence and head it is rank 3 `(C, s, hd)`, so a decoder batch makes it ran
 rank 7: `weakspots lm ablate` of every `deepseek_v4` decoder crashed. The same program
 runs without the unit axis, with two unit axes, at rank 6, with the product reduced
 without the `exp`, and with YNNPACK fusions off
-(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`). `sims.lm.interventions` keeps
+(`XLA_FLAGS=--xla_cpu_experimental_ynn_fusion_type=`). `sims.decoder.interventions` keeps
 such intermediates at rank 6 (one vmap axis of worlds times runs).
 
 Each case runs in its own process, so a crash is reported rather than suffered:

@@ -3,7 +3,7 @@
 import numpy as np
 
 from weakspots.figures.style import COLORS, SGD, figure, legend_below
-from weakspots.sims.lm.evaluate import report_noise_floor
+from weakspots.sims.decoder.evaluate import report_noise_floor
 
 CAPTION = (
     "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled; 95% intervals with the seeds as clusters, or Wilson with outcomes pooled in recordings without per-seed accuracies) of each decoder intact (black) and read under K = 2 and 4 chunkings shifted by k s / K tokens with the log-probabilities averaged (points; K forward passes per sequence); lines: the toy's prediction from the intact accuracy (theory.offset_ensemble_accuracy, the mean over the shifted phases).",

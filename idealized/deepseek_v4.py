@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .rope import ROPE_THETA, rope_frequencies
+from weakspots.idealized.rope import ROPE_THETA, rope_frequencies
 
 __all__ = ["ape_pooling_weights", "deepseek_v4", "interleaved_rope", "rms_norm"]
 
@@ -77,7 +77,7 @@ def interleaved_rope(
     return rotated.reshape(y.shape)
 
 
-_interleaved_rope = interleaved_rope  # the name `idealized.model` imports
+_interleaved_rope = interleaved_rope  # the name `idealized.toy.model` imports
 
 
 def deepseek_v4(

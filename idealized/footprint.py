@@ -15,7 +15,7 @@ noise only). The loss is §9.4's per problem,
 `N/(N-1) (1 - M)^2` with `M` the softmax mass on the entries holding the fact; a problem is
 retrieved when the largest logit is one of them. The sampler draws the inner products only:
 given `r = |q|^2 ~ chi2_d / d`, `q . x_t ~ N(0, r/d)` i.i.d. and `q . k_t` adds `r` times
-the carry's shift (exact in distribution, as `idealized.task.sample_batch`).
+the carry's shift (exact in distribution, as `idealized.toy.task.sample_batch`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,15 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .config import ConfigError, FlowConfig, TrainConfig, _int_at_least, _nonnegative_finite
-from .model import initial_pooling_logits
-from .task import chi_square, random_integers, split_key, standard_normal
+from weakspots.idealized.toy.config import (
+    ConfigError,
+    FlowConfig,
+    TrainConfig,
+    _int_at_least,
+    _nonnegative_finite,
+)
+from weakspots.idealized.toy.model import initial_pooling_logits
+from weakspots.idealized.toy.task import chi_square, random_integers, split_key, standard_normal
 
 VALUE_ENTRY = 1  # the entry holding the fact's value (entry 0 holds the decoy at phase 0)
 OPERATORS = ("softmax_pool", "mean_pool")
@@ -76,7 +82,7 @@ def _check_kind(config, heads, loss, learn_gain, operator=None) -> None:
 
 @dataclass(frozen=True)
 class FootprintTrainConfig(TrainConfig):
-    """A `TrainConfig` for the footprint model (`sims.train.train_many` trains it).
+    """A `TrainConfig` for the footprint model (`sims.toy.train.train_many` trains it).
 
     window W (carry width, tokens from the value on), carry_gain g = beta c / s, decoy_gain
     g_D = beta_D / s (the key token's logit under mean pooling); `gain` is beta, which sets
@@ -109,7 +115,7 @@ class FootprintTrainConfig(TrainConfig):
 
 @dataclass(frozen=True)
 class FootprintFlowConfig(FlowConfig):
-    """A `FlowConfig` for the footprint model's reduced flow (`sims.flow.solve_many`): the
+    """A `FlowConfig` for the footprint model's reduced flow (`sims.toy.flow.solve_many`): the
     flow of `theory.footprint_loss` (d = inf) in the pooling logits, flat carry.
 
     window, carry_gain, decoy_gain as `FootprintTrainConfig` (static: one compile each).

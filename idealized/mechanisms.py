@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import footprint, selection
+from weakspots.idealized import footprint, selection
 
 
 def model_module(config):

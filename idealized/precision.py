@@ -1,7 +1,7 @@
 """64-bit types inside the project's own functions, never for the whole process.
 
 The theory and the flows are integrated in float64 and the trainer's random bits are those
-of jax with 64-bit types on (`idealized.task`); the trainer itself asks for float32
+of jax with 64-bit types on (`idealized.toy.task`); the trainer itself asks for float32
 explicitly. Rather than switching `jax_enable_x64` for the process on import, each public
 function of a module that computes with jax runs inside `jax.enable_x64(True)`
 (`float64`, applied to a module by `float64_module`), so a user's own jax code in the same

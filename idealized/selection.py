@@ -3,7 +3,7 @@
 The toy's task (docs/theory.md §2) read through DeepSeek-V4's Lightning Indexer, idealised.
 Each problem has two independent sets of products: the main attention's `q . x[e, j]` and
 the indexer's `q_I . x_I[e, j]` (its own keys and query, as the indexer's own projections
-give it), both drawn exactly as `idealized.task.sample_batch` draws them, the needle at entry
+give it), both drawn exactly as `idealized.toy.task.sample_batch` draws them, the needle at entry
 0 (entries are exchangeable). The indexer pools with its own weights `alpha_I` and scores
 `u_e = sum_j alpha_I[j] q_I . x_I[e, j]`; the main attention pools with `alpha`, logits
 `z_e = beta sum_j alpha_j q . x[e, j]`, and reads only the `k` entries with the largest
@@ -27,9 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .config import ConfigError, FlowConfig, TrainConfig, _int_at_least
-from .model import initial_pooling_logits
-from .task import chi_square, random_integers, split_key, standard_normal
+from weakspots.idealized.toy.config import ConfigError, FlowConfig, TrainConfig, _int_at_least
+from weakspots.idealized.toy.model import initial_pooling_logits
+from weakspots.idealized.toy.task import chi_square, random_integers, split_key, standard_normal
 
 
 def _check_kind(heads, loss, learn_gain, chunks, topk) -> None:
@@ -44,7 +44,7 @@ def _check_kind(heads, loss, learn_gain, chunks, topk) -> None:
 
 @dataclass(frozen=True)
 class SelectionTrainConfig(TrainConfig):
-    """A `TrainConfig` for the selection model (`sims.train.train_many` trains it): `topk` k
+    """A `TrainConfig` for the selection model (`sims.toy.train.train_many` trains it): `topk` k
     entries kept of `chunks`; one head of main attention and one indexer, each softmax-pooled,
     both with gain `gain`; no chunking variants. The plain `TrainConfig` is unchanged."""
 

@@ -7,7 +7,7 @@ the function, not with the process, unlike `XLA_FLAGS`).
 `COMPILER_OPTIONS` turns off XLA:CPU's MLIR fusion emitters
 (`xla_cpu_use_fusion_emitters=False`): they leave a loop fusion that mixes the
 counter-based random draw with a broadcast operand unvectorised, such as
-`scale[:, None, None] * standard_normal(key, (B, N, s))` in `idealized.task.sample_batch`,
+`scale[:, None, None] * standard_normal(key, (B, N, s))` in `idealized.toy.task.sample_batch`,
 and that fusion dominates a training step. Results agree with XLA's defaults to float32
 rounding. `python -m weakspots.benchmarks.xla_options` times both settings
 (docs/performance.md). The option is XLA:CPU's, so it is passed only when jax's default

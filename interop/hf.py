@@ -2,7 +2,7 @@
 
 `attention_from_hf(config, state, layer_idx)` takes a `DeepseekV4Config.to_dict()` and the
 numpy arrays of one `DeepseekV4Attention.state_dict()` (transformers >= 5.24,
-`models/deepseek_v4`), loads them into `idealized.v4_attention.V4Attention` and returns
+`models/deepseek_v4`), loads them into `idealized.decoder.v4_attention.V4Attention` and returns
 `f(x)`: hidden states `(T, hidden_size)` at positions `0 .. T-1`, no cache, to what the
 HF module's forward returns, `(T, hidden_size)`. Needs neither torch nor transformers.
 """
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized.v4_attention import V4Attention
+from weakspots.idealized.decoder.v4_attention import V4Attention
 
 HF_KINDS = {
     "sliding_attention": "sliding",

@@ -21,9 +21,14 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
+from weakspots.probe.tokenizers import (
+    ByteTokenizer,
+    HFTokenizer,
+    ServerTokenizer,
+    Tokenizer,
+    load_tokenizer,
+)
 from weakspots.sims.cli.common import UsageError
-
-from .tokenizers import ByteTokenizer, HFTokenizer, ServerTokenizer, Tokenizer, load_tokenizer
 
 API_KEY_ENV = ("WEAKSPOTS_API_KEY", "OPENAI_API_KEY")
 CHECK_TEXT = "The pass key is 12345. What is the pass key?"
@@ -346,12 +351,12 @@ class HFBackend(Backend):
 
 
 def load_decoder(path: str):
-    """The `LMResult` stored in a checkpoint file of `sims.lm.checkpoint` (UsageError if not one)."""
+    """The `LMResult` stored in a checkpoint file of `sims.decoder.checkpoint` (UsageError if not one)."""
     import numpy as np
 
-    from weakspots.idealized.lm_config import LMConfig
-    from weakspots.sims.lm import checkpoint
-    from weakspots.sims.store import config_hash
+    from weakspots.idealized.decoder.config import LMConfig
+    from weakspots.sims.decoder import checkpoint
+    from weakspots.sims.runs.store import config_hash
 
     file = pathlib.Path(path).expanduser()
     try:
@@ -363,7 +368,7 @@ def load_decoder(path: str):
     if file.name != f"{config_hash(config.asdict())}.npz":
         raise UsageError(
             f"--checkpoint: {path} is not named by its config's hash "
-            f"({config_hash(config.asdict())}.npz), as sims.lm.checkpoint writes it"
+            f"({config_hash(config.asdict())}.npz), as sims.decoder.checkpoint writes it"
         )
     result = checkpoint.load(file.parent, config)
     if result is None:
@@ -372,7 +377,7 @@ def load_decoder(path: str):
 
 
 class DecoderBackend(Backend):
-    """A decoder trained by this project (`sims.lm.checkpoint` file), in its own vocabulary.
+    """A decoder trained by this project (`sims.decoder.checkpoint` file), in its own vocabulary.
 
     Greedy decoding on the whole sequence (no cache), one forward pass per token.
     """
@@ -384,8 +389,8 @@ class DecoderBackend(Backend):
         import jax.numpy as jnp
         from flax import nnx
 
-        from weakspots.sims.lm.train import merge
-        from weakspots.sims.store import config_hash
+        from weakspots.sims.decoder.train import merge
+        from weakspots.sims.runs.store import config_hash
 
         result = load_decoder(path)
         self.config = result.config

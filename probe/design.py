@@ -15,7 +15,7 @@ needle phase and each tail phase once, and S consecutive groups cross them fully
 Latin square), so the two phases are balanced and independent.
 
 The `recall` task is the associative recall a decoder of this project was trained on
-(`idealized.recall`, in the decoder's own vocabulary): the first-queried fact's value
+(`idealized.decoder.recall`, in the decoder's own vocabulary): the first-queried fact's value
 at a start of each phase, beyond the reach of the uncompressed windows, the other facts
 placed uniformly around it (`recall.placed_starts`); the prompt is the context and the
 first query's key, the answer the value's tokens. Its prompts all have one length.
@@ -33,9 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.idealized.config import ConfigError
-
-from .tokenizers import Tokenizer
+from weakspots.idealized.toy.config import ConfigError
+from weakspots.probe.tokenizers import Tokenizer
 
 TASKS = ("passkey", "kv", "recall")
 BACKENDS = ("openai", "hf", "decoder")
@@ -313,11 +312,11 @@ def recall_trials(config: ProbeConfig, lm_config) -> list[Trial]:
 
     Per group, one trial per residue k of the design period: the first-queried value
     starts at a position uniform among those = k mod S beyond the uncompressed reach
-    (the positions `sims.lm.evaluate.phase_summary` counts), the other facts placed
+    (the positions `sims.decoder.evaluate.phase_summary` counts), the other facts placed
     uniformly around it.
     """
-    from weakspots.idealized.recall import placed_starts, value_starts
-    from weakspots.sims.lm.evaluate import query_reach
+    from weakspots.idealized.decoder.recall import placed_starts, value_starts
+    from weakspots.sims.decoder.evaluate import query_reach
 
     task, S = lm_config.task, config.period
     positions = value_starts(task)

@@ -1,8 +1,8 @@
 """Running a probe the way a long evaluation must: keyed, stored, resumable, retried.
 
-Each trial's key is `sims.store.config_hash` of the model's identity (backend, model),
+Each trial's key is `sims.runs.store.config_hash` of the model's identity (backend, model),
 the tokenizer, the task, the seed, the design period, the trial's coordinates and the
-sha256 of its prompt ids. With a store, every answer is a row of `sims.store`
+sha256 of its prompt ids. With a store, every answer is a row of `sims.runs.store`
 (`write_run`: written to a temporary file, fsynced, renamed), written by the worker
 that asked before that worker sends its next request, so a SIGKILL loses at most the
 requests in flight, and `weakspots.load(store)` reads the trials back as a table.
@@ -22,12 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from weakspots.idealized.config import ConfigError
-from weakspots.sims import store as result_store
-from weakspots.sims.cli.common import UsageError
-from weakspots.sims.progress import Progress
-
-from .backends import (
+from weakspots.idealized.toy.config import ConfigError
+from weakspots.probe.backends import (
     Backend,
     Completion,
     RequestError,
@@ -35,8 +31,11 @@ from .backends import (
     load_decoder,
     make_backend,
 )
-from .design import ProbeConfig, Trial, recall_trials, text_trials
-from .report import phase_report
+from weakspots.probe.design import ProbeConfig, Trial, recall_trials, text_trials
+from weakspots.probe.report import phase_report
+from weakspots.sims.cli.common import UsageError
+from weakspots.sims.runs import store as result_store
+from weakspots.sims.runs.progress import Progress
 
 BACKOFF_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0

@@ -19,10 +19,10 @@ import pytest
 from scipy import stats
 
 from weakspots.benchmarks import bench, naive_trainer, operator_step, rng_limit, scipy_flow
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.loss import objective
-from weakspots.idealized.model import init_model
-from weakspots.idealized.task import (
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.loss import objective
+from weakspots.idealized.toy.model import init_model
+from weakspots.idealized.toy.task import (
     Batch,
     chi_square,
     normal_from_bits,
@@ -31,8 +31,8 @@ from weakspots.idealized.task import (
     split_key,
     standard_normal,
 )
-from weakspots.sims import train as trainer
 from weakspots.sims.cli import bench as bench_cli
+from weakspots.sims.toy import train as trainer
 from weakspots.theory.reduced import reduced_loss
 
 KS_PVALUE = 1e-3  # fixed seeds: deterministic; a wrong distribution fails by orders of magnitude
@@ -170,8 +170,8 @@ def test_scipy_and_diffrax_flows_agree():
 
 def test_operator_step_plain_forms_swap_and_restore():
     """The benchmark's plain forms are the ones traced inside the context, and only there."""
-    from weakspots.idealized import compression, task
     from weakspots.idealized import deepseek_v4 as deepseek
+    from weakspots.idealized.toy import compression, task
 
     current = (task.random_words, compression.low_rank, deepseek._window_pool)
     with operator_step.plain_forms():

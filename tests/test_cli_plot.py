@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from weakspots.figures import sweep_plot
-from weakspots.sims import store
 from weakspots.sims.cli import main
+from weakspots.sims.runs import store
 
 matplotlib.use("Agg")
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from weakspots import theory
-from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.metrics import support_size
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.cli import main
-from weakspots.sims.flow import solve
+from weakspots.sims.toy.flow import solve
 
 PREDICT_KEYS = (
     "critical_chunks",

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.cli import build_parser, main
 
 TINY = [

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized import compression
-from weakspots.idealized.config import ModelConfig
+from weakspots.idealized.toy import compression
+from weakspots.idealized.toy.config import ModelConfig
 
 N, S, D = 5, 4, 6
 

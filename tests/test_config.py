@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from weakspots.idealized.config import HYPER_FIELDS, ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.toy.config import HYPER_FIELDS, ConfigError, ModelConfig, TrainConfig
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from weakspots.sims import store, sweep
 from weakspots.sims.cli import main
+from weakspots.sims.runs import store, sweep
 
 TRAIN_SPEC = """\
 kind = "train"

@@ -1,14 +1,14 @@
-"""The finite-d flow (sims.flow.finite_flow) vs the trainer and the reduced flow."""
+"""The finite-d flow (sims.toy.flow.finite_flow) vs the trainer and the reduced flow."""
 
 import jax
 import numpy as np
 import pytest
 from fixtures import distance_to_reduced
 
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.measure import SGD_ATOL, sgd_config
-from weakspots.sims.flow import finite_flow
-from weakspots.sims.train import Hyper, init, train
+from weakspots.sims.toy.flow import finite_flow
+from weakspots.sims.toy.train import Hyper, init, train
 
 SMALL = TrainConfig(
     stride=4, chunks=16, dim=32, gain=8.0, init_scale=0.3, lr=1.0, steps=60, eval_every=10

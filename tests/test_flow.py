@@ -1,4 +1,4 @@
-"""The reduced flow's API (sims.flow.solve_many, FlowConfig): an independent integrator,
+"""The reduced flow's API (sims.toy.flow.solve_many, FlowConfig): an independent integrator,
 closed-form growth rates, invariants, the event, compilation, batch independence, failures."""
 
 import dataclasses
@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from weakspots import theory
-from weakspots.idealized.config import (
+from weakspots.idealized.toy.config import (
     FLOW_HYPER_FIELDS,
     ConfigError,
     FlowConfig,
     ModelConfig,
     TrainConfig,
 )
-from weakspots.idealized.model import initial_pooling_logits
-from weakspots.sims import flow, train
+from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.sims.experiments.measure import rk4
-from weakspots.sims.flow import FlowFailed, solve, solve_many, stack
-from weakspots.sims.train import Hyper
+from weakspots.sims.toy import flow, train
+from weakspots.sims.toy.flow import FlowFailed, solve, solve_many, stack
+from weakspots.sims.toy.train import Hyper
 from weakspots.theory import reduced_loss, specialization_order
 
 RK4_TOLERANCE = 1e-6  # diffrax (rtol 1e-10) vs numpy RK4 at dt = 0.05: both far below this

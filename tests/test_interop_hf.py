@@ -18,7 +18,7 @@ from transformers import DeepseekV4Config  # noqa: E402
 from transformers.masking_utils import create_sliding_window_causal_mask  # noqa: E402
 from transformers.models.deepseek_v4 import modeling_deepseek_v4 as hf  # noqa: E402
 
-from weakspots.idealized.attention import compressed_visibility  # noqa: E402
+from weakspots.idealized.decoder.attention import compressed_visibility  # noqa: E402
 from weakspots.interop.hf import attention_from_hf, layer_from_hf  # noqa: E402
 
 LAYER_TYPES = ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]

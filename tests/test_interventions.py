@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.model import init_model
-from weakspots.sims.interventions import ablate, effect_specialization
-from weakspots.sims.train import evaluate, train
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import init_model
+from weakspots.sims.toy.interventions import ablate, effect_specialization
+from weakspots.sims.toy.train import evaluate, train
 from weakspots.theory import interventions as theory
 
 TOL = 0.1  # absolute, on accuracies and effects (about 3.5 binomial s.e. at 256 needles)

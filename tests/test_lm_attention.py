@@ -1,4 +1,4 @@
-"""`idealized.attention` against a loop reference of the same layer and against causal attention."""
+"""`idealized.decoder.attention` against a loop reference of the same layer and against causal attention."""
 
 import math
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized import attention
+from weakspots.idealized.decoder import attention
 from weakspots.idealized.deepseek_v4 import deepseek_v4
 
 T, D, H, STRIDE, ROPE = 16, 8, 2, 4, 2

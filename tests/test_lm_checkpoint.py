@@ -1,4 +1,4 @@
-"""`sims.lm.checkpoint`: a stored decoder loads as saved; outcomes drawn on the shared
+"""`sims.decoder.checkpoint`: a stored decoder loads as saved; outcomes drawn on the shared
 evaluation set (files written before each run had its own) are scored again on load."""
 
 import json
@@ -6,10 +6,10 @@ import json
 import jax
 import numpy as np
 
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.lm import checkpoint
-from weakspots.sims.lm.evaluate import config_evaluation_set, evaluate_many
-from weakspots.sims.lm.train import LMHistory, LMHyper, LMResult, init
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.sims.decoder import checkpoint
+from weakspots.sims.decoder.evaluate import config_evaluation_set, evaluate_many
+from weakspots.sims.decoder.train import LMHistory, LMHyper, LMResult, init
 
 CONFIG = LMConfig(
     seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=16, layers=1,

@@ -1,4 +1,4 @@
-"""`sims.lm.evaluate` on outcomes with a known phase structure; the figures of the decoder family."""
+"""`sims.decoder.evaluate` on outcomes with a known phase structure; the figures of the decoder family."""
 
 import matplotlib
 
@@ -9,8 +9,8 @@ import pytest  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from weakspots.idealized import metrics  # noqa: E402
-from weakspots.idealized.lm_config import LMConfig  # noqa: E402
-from weakspots.sims.lm import evaluate  # noqa: E402
+from weakspots.idealized.decoder.config import LMConfig  # noqa: E402
+from weakspots.sims.decoder import evaluate  # noqa: E402
 
 CONFIG = LMConfig(seq_len=40, pairs=2, stride=4, eval_samples=3)
 
@@ -37,7 +37,7 @@ def test_each_seed_has_its_own_evaluation_set_drawn_deterministically():
     draw from `eval_seed` alone."""
     import jax
 
-    from weakspots.idealized.recall import placed_batch
+    from weakspots.idealized.decoder.recall import placed_batch
 
     task, n, seed = CONFIG.task, CONFIG.eval_samples, CONFIG.eval_seed
     sets = [evaluate.evaluation_set(task, n, seed, run) for run in (0, 1)]

@@ -5,9 +5,9 @@ import dataclasses
 
 import numpy as np
 
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.sims.decoder import evaluate
 from weakspots.sims.experiments import lm_family, lm_position
-from weakspots.sims.lm import evaluate
 
 CONFIG = LMConfig(seq_len=40, pairs=2, stride=4, eval_samples=3)
 
@@ -117,11 +117,11 @@ def test_family_reads_the_recorded_v4_design_below_full(monkeypatch):
 
     import pytest
 
-    from weakspots.idealized.lm_config import V4_KINDS
+    from weakspots.idealized.decoder.config import V4_KINDS
     from weakspots.sims.cli import build_parser
     from weakspots.sims.cli.lm import lm_config
-    from weakspots.sims.lm import family
-    from weakspots.sims.lm.study import RECORDED
+    from weakspots.sims.decoder import family
+    from weakspots.sims.decoder.study import RECORDED
 
     name, stride, seq_len = family.RECORDED["v4"]
     report = json.loads((RECORDED / name).read_text())

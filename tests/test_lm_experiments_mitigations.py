@@ -6,9 +6,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from weakspots.idealized.lm_config import LM_OPTIONAL_FIELDS, LMConfig
+from weakspots.idealized.decoder.config import LM_OPTIONAL_FIELDS, LMConfig
+from weakspots.sims.decoder import study
 from weakspots.sims.experiments import lm_mitigations
-from weakspots.sims.lm import study
 
 
 def _measured(delta_max, floor=0.02, weights=None):

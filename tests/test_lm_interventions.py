@@ -1,4 +1,4 @@
-"""`sims.lm.interventions`: each surgery against an independent route to the same model, patching
+"""`sims.decoder.interventions`: each surgery against an independent route to the same model, patching
 against the world it copies from, the rows against the evaluation set, the paired intervals."""
 
 import math
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.recall import placed_batch
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.recall import placed_batch
 from weakspots.idealized.stagger import stagger_offsets
-from weakspots.sims.lm import edits
-from weakspots.sims.lm import interventions as iv
-from weakspots.sims.lm.evaluate import config_evaluation_set, query_reach
+from weakspots.sims.decoder import edits
+from weakspots.sims.decoder import interventions as iv
+from weakspots.sims.decoder.evaluate import config_evaluation_set, query_reach
 
 TINY = dict(
     seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=16, heads=2,

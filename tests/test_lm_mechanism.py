@@ -1,4 +1,4 @@
-"""`sims.lm.mechanism`: straddle phases by brute force, the verdict on reports whose answer is
+"""`sims.decoder.mechanism`: straddle phases by brute force, the verdict on reports whose answer is
 known by construction, and the attention margin of a decoder whose attention is uniform."""
 
 import jax
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.metrics import wilson_interval
-from weakspots.sims.lm import mechanism
-from weakspots.sims.lm.evaluate import query_reach
+from weakspots.sims.decoder import mechanism
+from weakspots.sims.decoder.evaluate import query_reach
 
 N = 4000  # samples per phase of the synthetic reports: intervals about +-0.01
 

@@ -1,4 +1,4 @@
-"""The phase-entropy regulariser of decoder training (`sims.lm.train.training_loss`)."""
+"""The phase-entropy regulariser of decoder training (`sims.decoder.train.training_loss`)."""
 
 import jax
 import jax.numpy as jnp
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized.config import ConfigError
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.lm import train as lm_train
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.toy.config import ConfigError
+from weakspots.sims.decoder import train as lm_train
 
 TINY = LMConfig(
     seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, layers=2, d_model=16, heads=2,

@@ -1,4 +1,4 @@
-"""`idealized.recall`: the associative-recall sequences, their placement samplers, their scoring."""
+"""`idealized.decoder.recall`: the associative-recall sequences, their placement samplers, their scoring."""
 
 import collections
 import itertools
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized import recall
-from weakspots.idealized.lm_config import LMConfig, RecallTask
+from weakspots.idealized.decoder import recall
+from weakspots.idealized.decoder.config import LMConfig, RecallTask
 
 TASK = RecallTask(
     seq_len=40, pairs=3, key_len=2, value_len=2, key_vocab=8, value_vocab=5, filler_vocab=3
@@ -100,7 +100,7 @@ def test_placed_batch_puts_the_first_query_at_the_chosen_fact():
 
 
 def test_config_errors_name_the_flag():
-    from weakspots.idealized.config import ConfigError
+    from weakspots.idealized.toy.config import ConfigError
 
     with pytest.raises(ConfigError, match="--key-vocab"):
         LMConfig(pairs=8, key_len=9)

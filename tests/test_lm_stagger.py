@@ -1,4 +1,4 @@
-"""Staggered compressed windows (`idealized.attention`, `stagger`) against a loop reference."""
+"""Staggered compressed windows (`idealized.decoder.attention`, `stagger`) against a loop reference."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -17,9 +17,9 @@ from test_lm_attention import (  # tests/ is on sys.path (rootdir import)
 )
 
 from weakspots import theory
-from weakspots.idealized import attention
-from weakspots.idealized.config import ConfigError
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.decoder import attention
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.toy.config import ConfigError
 
 OFFSETS = attention.stagger_offsets(STRIDE, H)  # (0, 2)
 

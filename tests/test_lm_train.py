@@ -1,4 +1,4 @@
-"""`sims.lm.train`: many decoders under one compile, determinism, the schedule, the FLOP count."""
+"""`sims.decoder.train`: many decoders under one compile, determinism, the schedule, the FLOP count."""
 
 import math
 from functools import partial
@@ -10,10 +10,10 @@ import optax
 import pytest
 from flax import nnx
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.recall import sample_batch
-from weakspots.sims.lm import train as lm_train
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.recall import sample_batch
+from weakspots.sims.decoder import train as lm_train
 
 TINY = LMConfig(
     seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, layers=1, d_model=16, heads=2,

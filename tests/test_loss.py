@@ -4,10 +4,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import ModelConfig
-from weakspots.idealized.loss import objective, retrieval_loss
-from weakspots.idealized.model import init_model
-from weakspots.idealized.task import sample_batch
+from weakspots.idealized.toy.config import ModelConfig
+from weakspots.idealized.toy.loss import objective, retrieval_loss
+from weakspots.idealized.toy.model import init_model
+from weakspots.idealized.toy.task import sample_batch
 
 
 def _softmax(z):

@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
-from weakspots.idealized.loss import batch_logits, objective, phase_entropy
-from weakspots.idealized.model import init_model
-from weakspots.idealized.task import Batch, sample_batch
-from weakspots.sims.interventions import ablate, compare_mitigations
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.toy.loss import batch_logits, objective, phase_entropy
+from weakspots.idealized.toy.model import init_model
+from weakspots.idealized.toy.task import Batch, sample_batch
+from weakspots.sims.toy.interventions import ablate, compare_mitigations
 from weakspots.theory import interventions as theory
 from weakspots.theory.mitigations import entropy_critical_weight
 from weakspots.theory.thresholds import growth_rate
@@ -38,7 +38,7 @@ def test_offset_ensemble_covers_every_phase_as_predicted():
     model = eqx.tree_at(
         lambda m: m.compressor, model, LinearPool(jnp.asarray(weights, jnp.float32))
     )
-    from weakspots.sims.train import evaluate
+    from weakspots.sims.toy.train import evaluate
 
     acc, _ = evaluate(config, model)
     predicted = theory.readout_accuracy(weights, config.gain, config.chunks, config.dim, ensemble=8)

@@ -1,7 +1,7 @@
 """`idealized.operators.registry`: a new operator is one class and one `register` line.
 
 The test operator `last_pool` (each chunk's last token) is registered here, run through the
-toy (`sims.train.train_many`), the decoder (`LMConfig`, a forward pass and a few training
+toy (`sims.toy.train.train_many`), the decoder (`LMConfig`, a forward pass and a few training
 steps) and the command line (`weakspots train --operator last_pool`), then unregistered.
 """
 
@@ -15,17 +15,18 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized import attention, operators
-from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.model import init_model
+from weakspots.idealized import operators
+from weakspots.idealized.decoder import attention
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.operators.base import DECODER, TOY, AbstractOperator
 from weakspots.idealized.operators.registry import lookup, operator_names
+from weakspots.idealized.toy.config import ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.toy.model import init_model
 from weakspots.sims.cli import main
-from weakspots.sims.lm import edits
-from weakspots.sims.lm import train as lm_train
-from weakspots.sims.train import train_many
+from weakspots.sims.decoder import edits
+from weakspots.sims.decoder import train as lm_train
+from weakspots.sims.toy.train import train_many
 
 STRIDE = 4
 TOY_FLAGS = ["--stride", "4", "--chunks", "8", "--dim", "8", "--gain", "8", "--steps", "10"]

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims import experiments
 from weakspots.sims.experiments import (
     EXPERIMENTS,
@@ -23,8 +23,8 @@ from weakspots.sims.experiments import (
     canonical,
     finite_d_accuracy,
 )
-from weakspots.sims.progress import Progress
-from weakspots.sims.train import train_many
+from weakspots.sims.runs.progress import Progress
+from weakspots.sims.toy.train import train_many
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -75,8 +75,8 @@ def test_importing_every_module_leaves_jax_config_as_the_user_set_it():
 def results() -> dict[str, np.ndarray]:
     """What the public entry points return for tiny inputs, as numpy arrays."""
     from weakspots import theory
-    from weakspots.idealized.config import FlowConfig, TrainConfig
-    from weakspots.sims import flow, train
+    from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+    from weakspots.sims.toy import flow, train
 
     out = {}
     run = train.train(TrainConfig(stride=4, chunks=8, dim=8, steps=20, eval_every=10,

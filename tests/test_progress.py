@@ -1,11 +1,11 @@
-"""`sims.progress.Progress`: the ETA leaves compilation out; in place on a terminal, lines elsewhere."""
+"""`sims.runs.progress.Progress`: the ETA leaves compilation out; in place on a terminal, lines elsewhere."""
 
 import io
 
 import pytest
 
-from weakspots.sims import progress as progress_lib
-from weakspots.sims.progress import Progress, format_seconds
+from weakspots.sims.runs import progress as progress_lib
+from weakspots.sims.runs.progress import Progress, format_seconds
 
 
 class Clock:

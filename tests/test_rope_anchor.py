@@ -5,12 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import ConfigError, ModelConfig, TrainConfig
-from weakspots.idealized.loss import batch_logits
-from weakspots.idealized.model import init_model
-from weakspots.idealized.task import Batch, sample_batch
-from weakspots.sims.interventions import predicted_phase_accuracy
-from weakspots.sims.train import train_many
+from weakspots.idealized.toy.config import ConfigError, ModelConfig, TrainConfig
+from weakspots.idealized.toy.loss import batch_logits
+from weakspots.idealized.toy.model import init_model
+from weakspots.idealized.toy.task import Batch, sample_batch
+from weakspots.sims.toy.interventions import predicted_phase_accuracy
+from weakspots.sims.toy.train import train_many
 from weakspots.theory.rope import rope_attenuation_at
 
 
@@ -44,7 +44,7 @@ def test_kappa_is_the_mean_anchored_self_product():
     dim, rope_dim = 64, 32
     config = ModelConfig(rope_anchor=True, rope_dim=rope_dim, dim=dim)
     b = sample_batch(jax.random.key(2), config, 20000, keys=False)
-    from weakspots.idealized.model import anchored_self_product
+    from weakspots.idealized.toy.model import anchored_self_product
 
     for phase in range(8):
         values = jax.vmap(lambda r, phase=phase: anchored_self_product(r, phase))(b.rope_norms)

@@ -10,9 +10,9 @@ import pytest
 
 from weakspots import theory
 from weakspots.idealized import selection as sm
-from weakspots.idealized.config import ConfigError
-from weakspots.sims.flow import solve_many
-from weakspots.sims.train import train_many
+from weakspots.idealized.toy.config import ConfigError
+from weakspots.sims.toy.flow import solve_many
+from weakspots.sims.toy.train import train_many
 
 Z_TOL = 4.0
 

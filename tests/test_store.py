@@ -1,4 +1,4 @@
-"""`sims.store`: round trip, hashing, atomicity under SIGKILL, concurrent writers, damage."""
+"""`sims.runs.store`: round trip, hashing, atomicity under SIGKILL, concurrent writers, damage."""
 
 import os
 import random
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from weakspots.sims.store import (
+from weakspots.sims.runs.store import (
     DamagedResultWarning,
     StoreError,
     compact,
@@ -140,7 +140,7 @@ WRITER = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import numpy as np
-    from weakspots.sims.store import compact, write_run
+    from weakspots.sims.runs.store import compact, write_run
 
     store, first, last, go, compact_at = sys.argv[1:]
     first, last, compact_at = int(first), int(last), int(compact_at)
@@ -189,7 +189,7 @@ def test_sigkill_at_random_times_leaves_complete_runs_or_nothing(tmp_path):
     assert len(completed_hashes(tmp_path)) > 0
 
 
-# Run in the test (to count writes) and in each crashing child (sims.store's `open` swapped).
+# Run in the test (to count writes) and in each crashing child (sims.runs.store's `open` swapped).
 TORN_WRITES = textwrap.dedent(
     """
     import os, signal
@@ -231,7 +231,7 @@ TORN_WRITER = TORN_WRITES + textwrap.dedent(
     """
     import sys
     import numpy as np
-    import weakspots.sims.store as store_module
+    import weakspots.sims.runs.store as store_module
 
     TornWrites.crash_at = int(sys.argv[2])
     store_module.open = torn_open  # a module global shadows the builtin inside the store module
@@ -241,7 +241,7 @@ TORN_WRITER = TORN_WRITES + textwrap.dedent(
 
 
 def test_sigkill_inside_any_write_leaves_the_run_complete_or_absent(tmp_path, monkeypatch):
-    import weakspots.sims.store as store_module
+    import weakspots.sims.runs.store as store_module
 
     # Count the writes one run makes, then crash fresh processes inside several of them.
     torn: dict = {}
@@ -455,7 +455,7 @@ def test_a_run_whose_trajectory_is_damaged_counts_as_not_done(tmp_path, how, com
 
 
 def test_rows_unchanged_since_compaction_are_read_from_the_table(tmp_path, monkeypatch):
-    import weakspots.sims.store as store_module
+    import weakspots.sims.runs.store as store_module
 
     expected = write_runs(tmp_path, trajectories=False)
     compact(tmp_path)
@@ -471,7 +471,7 @@ def test_rows_unchanged_since_compaction_are_read_from_the_table(tmp_path, monke
 
 
 def test_prepare_refuses_a_store_it_cannot_write(tmp_path):
-    from weakspots.sims.store import prepare
+    from weakspots.sims.runs.store import prepare
 
     a_file = tmp_path / "file"
     a_file.write_text("not a store")
@@ -486,7 +486,7 @@ def test_prepare_refuses_a_store_it_cannot_write(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_prepare_refuses_a_read_only_store(tmp_path):
-    from weakspots.sims.store import prepare
+    from weakspots.sims.runs.store import prepare
 
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs").chmod(0o555)

@@ -67,8 +67,8 @@ def test_stable_uniform_point_stays_uniform():
 def test_finite_d_support_matches_the_diffrax_flow_of_the_quadrature_from_the_same_starts():
     """s=8 N=24 gain 16 d=64: per start, the RK4 flow of the interpolant and diffrax's Tsit5
     flow of theory.finite_d_loss itself end on the same phases."""
-    from weakspots.idealized.config import FlowConfig
-    from weakspots.sims.flow import solve_many, stack
+    from weakspots.idealized.toy.config import FlowConfig
+    from weakspots.sims.toy.flow import solve_many, stack
 
     stride, chunks, starts, amplitude = 8, 24.0, 6, 1e-2
     z = isotropic_starts(stride, starts, seed=3, amplitude=amplitude)

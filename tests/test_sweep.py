@@ -1,12 +1,12 @@
-"""sims.sweep: the spec, slicing, batching, and sweep numbers against single runs."""
+"""sims.runs.sweep: the spec, slicing, batching, and sweep numbers against single runs."""
 
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import FlowConfig, TrainConfig
-from weakspots.sims import store, sweep
-from weakspots.sims.flow import solve
-from weakspots.sims.train import train
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+from weakspots.sims.runs import store, sweep
+from weakspots.sims.toy.flow import solve
+from weakspots.sims.toy.train import train
 
 TINY = dict(stride=4, chunks=8, dim=8, steps=20, eval_every=10, eval_samples=64, batch=32, lr=0.5)
 

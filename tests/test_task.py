@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from weakspots.idealized.config import ModelConfig
-from weakspots.idealized.task import sample_batch
+from weakspots.idealized.toy.config import ModelConfig
+from weakspots.idealized.toy.task import sample_batch
 
 CONFIG = ModelConfig(stride=4, chunks=8, dim=16)
 

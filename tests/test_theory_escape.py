@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import TrainConfig
-from weakspots.sims.train import train_many
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.sims.toy.train import train_many
 from weakspots.theory.escape import (
     escape_passage,
     escape_path_finite_d,

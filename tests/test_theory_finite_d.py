@@ -9,12 +9,12 @@ import pytest
 
 import weakspots.theory.finite_d as finite_d
 from weakspots import theory
-from weakspots.idealized.config import FlowConfig, TrainConfig
-from weakspots.idealized.loss import objective
-from weakspots.idealized.model import init_model
-from weakspots.idealized.task import sample_batch
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+from weakspots.idealized.toy.loss import objective
+from weakspots.idealized.toy.model import init_model
+from weakspots.idealized.toy.task import sample_batch
 from weakspots.sims.experiments.measure import rk4
-from weakspots.sims.flow import finite_flow, solve, solve_many, stack
+from weakspots.sims.toy.flow import finite_flow, solve, solve_many, stack
 
 S, N, GAIN = 8, 64, 16.0
 UNIFORM = np.zeros(S)
@@ -25,7 +25,7 @@ MC_SIGMAS = 4.0
 
 
 def trainer_loss(logits, gain, chunks, dim, samples, repeats=8, seed=0):
-    """Monte Carlo of idealized.loss.objective on needles from idealized.task (the trainer's
+    """Monte Carlo of idealized.toy.loss.objective on needles from idealized.toy.task (the trainer's
     float32), stratified over phases (samples // s each), `repeats` times: (mean, std error)."""
     stride = len(logits)
     config = TrainConfig(stride=stride, chunks=chunks, dim=dim, gain=gain).model

@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import keyed_starts
-from weakspots.sims.flow import solve_many, stack
+from weakspots.sims.toy.flow import solve_many, stack
 from weakspots.theory import (
     covered,
     gain_race,

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.model import init_model
-from weakspots.sims.train import evaluate
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import init_model
+from weakspots.sims.toy.train import evaluate
 from weakspots.theory.interventions import DRAWS, readout_accuracy
 
 # Two heads at s=5, N=40, d=48, gain 9: head 0 spreads over three phases, head 1 over two.

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.compression import DeepSeekV4
+from weakspots.idealized.toy.compression import DeepSeekV4
 from weakspots.theory import (
     normalised_critical_chunks,
     normalised_growth_rate,

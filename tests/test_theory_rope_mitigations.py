@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import keyed_starts
-from weakspots.sims.flow import solve_many, stack
+from weakspots.sims.toy.flow import solve_many, stack
 from weakspots.theory import (
     entropy_critical_weight,
     offset_ensemble_accuracy,

@@ -110,10 +110,10 @@ def total_variation(p, q):
 @pytest.mark.slow  # about 25 min on 2 cores
 @pytest.mark.parametrize(("stride", "chunks", "gain", "heads"), LAW_CONFIGS)
 def test_support_size_law_matches_the_flow(stride, chunks, gain, heads):
-    """The law from 512 starts against sims.flow.solve_many from 256 other starts (init
+    """The law from 512 starts against sims.toy.flow.solve_many from 256 other starts (init
     scale 0.01, the law's horizon): total variation within TV_TARGET."""
-    from weakspots.idealized.config import FlowConfig
-    from weakspots.sims.flow import solve_many, stack
+    from weakspots.idealized.toy.config import FlowConfig
+    from weakspots.sims.toy.flow import solve_many, stack
 
     law = support_size_law(stride, chunks, gain, heads, samples=LAW_SAMPLES, seed=1)
     starts = 0.01 * np.random.default_rng(2).standard_normal((FLOW_STARTS, heads, stride))
@@ -133,8 +133,8 @@ def test_learned_gain_law_matches_the_flow_where_the_end_state_depends_on_the_st
     interval of 128 flows, and its gains equal the flow's."""
     from scipy.stats import binom
 
-    from weakspots.idealized.config import FlowConfig
-    from weakspots.sims.flow import solve_many, stack
+    from weakspots.idealized.toy.config import FlowConfig
+    from weakspots.sims.toy.flow import solve_many, stack
 
     s, n, wd, flows = 6, 40, 2e-3, 128
     law = learned_gain_law(s, n, 1.0, wd, 0.01, 2e5, "linear", samples=512, seed=3)

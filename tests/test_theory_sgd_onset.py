@@ -59,8 +59,8 @@ def test_median_time_to_specialise_matches_sgd():
     """s=8 N=64 gain 16 d=64, lr 2, B 256, 16 seeds per init scale: the predicted median t*
     inside the distribution-free 98% interval of the SGD median (4th to 13th of 16 sorted
     crossing times; binomial(16, 1/2) puts 98% between them)."""
-    from weakspots.idealized.config import TrainConfig
-    from weakspots.sims.train import train_many
+    from weakspots.idealized.toy.config import TrainConfig
+    from weakspots.sims.toy.train import train_many
     from weakspots.theory import uniform_moments
 
     configs = [

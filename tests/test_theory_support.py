@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import keyed_starts
 from weakspots.sims.experiments.measure import REENTRY_RTOL, reentry_slopes
-from weakspots.sims.flow import solve_many, stack
+from weakspots.sims.toy.flow import solve_many, stack
 from weakspots.theory import (
     covered,
     predicted_support_size,

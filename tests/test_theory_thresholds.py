@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import keyed_starts
 from weakspots.sims.experiments.measure import fitted_rates, log_weights_centred
-from weakspots.sims.flow import solve_many, stack
+from weakspots.sims.toy.flow import solve_many, stack
 from weakspots.theory import (
     critical_chunks,
     critical_gain,

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from weakspots import theory
-from weakspots.idealized.config import ConfigError, TrainConfig
+from weakspots.idealized.toy.config import ConfigError, TrainConfig
 from weakspots.idealized.xla import jit
-from weakspots.sims import train as trainer
-from weakspots.sims.train import TrainingDiverged, train, train_many
+from weakspots.sims.toy import train as trainer
+from weakspots.sims.toy.train import TrainingDiverged, train, train_many
 
 CANONICAL = TrainConfig(
     eval_samples=1024
@@ -110,8 +110,8 @@ def test_a_run_does_not_depend_on_the_runs_batched_with_it():
 BATCH_SCRIPT = """
 import json, sys
 import numpy as np
-from weakspots.idealized.config import ConfigError, TrainConfig
-from weakspots.sims.train import train, train_many
+from weakspots.idealized.toy.config import ConfigError, TrainConfig
+from weakspots.sims.toy.train import train, train_many
 small = TrainConfig(stride=4, chunks=16, dim=16, gain=8.0, batch=64, steps=40, eval_every=10,
                     eval_samples=128)
 config = small.replace(seed=3)

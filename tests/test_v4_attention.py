@@ -1,4 +1,4 @@
-"""DeepSeek-V4's attention in the decoder family (`idealized.v4_attention`): every switch
+"""DeepSeek-V4's attention in the decoder family (`idealized.decoder.v4_attention`): every switch
 changes the program, causality with the indexer, invariants that tie the switches to each
 other, the indexer's statistics, the config surface and `lm train --design v4`."""
 
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import (
+from weakspots.idealized.decoder.config import (
     LM_OPTIONAL_FIELDS,
     V4_DESIGN,
     DecoderConfig,
     LMConfig,
     v4_layout,
 )
-from weakspots.idealized.v4_attention import IndexerStat, V4Attention, indexer_statistics
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.v4_attention import IndexerStat, V4Attention, indexer_statistics
 from weakspots.sims.cli import main
 
 D, H, HD = 16, 4, 8
@@ -251,7 +251,7 @@ def test_design_v4_layout_builds_and_one_training_step_runs():
     (slow) trains three layers, hca included."""
     from weakspots.sims.cli import build_parser
     from weakspots.sims.cli.lm import lm_config
-    from weakspots.sims.lm import train
+    from weakspots.sims.decoder import train
 
     argv = ["lm", "train", *TINY, "--design", "v4", "--layers", "2", "--indexer-topk", "2",
             "--heads", "2", "--index-heads", "2"]  # fmt: skip
@@ -292,7 +292,7 @@ def test_lm_train_design_v4_end_to_end(capsys):
 @pytest.mark.slow
 def test_lm_sweep_stores_the_indexer_recall():
     """A `kind = "lm"` sweep run of the v4 design stores its indexer's recall beside the phase metrics."""
-    from weakspots.sims.lm import sweep as lm_sweep
+    from weakspots.sims.decoder import sweep as lm_sweep
 
     tiny = dict(
         seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, d_model=32, steps=2,

@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from weakspots.benchmarks import bench, v4_vs_hf
-from weakspots.idealized.v4_attention import V4Attention
+from weakspots.idealized.decoder.v4_attention import V4Attention
 
 LOSS_RTOL = 1e-5  # float32 means of T*D squares: rounding is ~1e-7 relative, a few ulps
 
@@ -90,8 +90,8 @@ def test_decoder_flop_count_is_the_traced_training_step():
     decoder training step (forward, backward, the indexer's KL), at a small batch."""
     from functools import partial
 
-    from weakspots.idealized.lm_config import V4_DESIGN, LMConfig
-    from weakspots.sims.lm import train as lm_train
+    from weakspots.idealized.decoder.config import V4_DESIGN, LMConfig
+    from weakspots.sims.decoder import train as lm_train
 
     config = LMConfig(**V4_DESIGN, batch=2).static
     hyper = jax.tree.map(lambda x: x[0], lm_train.LMHyper.stack([config]))

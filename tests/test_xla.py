@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.model import init_model
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import init_model
 from weakspots.idealized.xla import COMPILER_OPTIONS, filter_jit, jit
-from weakspots.sims import train as trainer
+from weakspots.sims.toy import train as trainer
 
 pytestmark = pytest.mark.skipif(not COMPILER_OPTIONS, reason="no compiler options to refuse")
 

@@ -8,7 +8,7 @@ s_phi^2 = |alpha|^2 - a_phi^2 and M = N - 1 distractor chunks,
     needle logit      m   = beta (kappa a_phi r + sqrt(r/d) s_phi Z),
     distractor logits z_c = sigma Z_c,  sigma = beta sqrt(r/d) |alpha|,    c = 1..M,
 
-all independent Gaussians given r (exact: this is how idealized.task samples the gram).
+all independent Gaussians given r (exact: this is how idealized.toy.task samples the gram).
 With S = sum_c e^{z_c} and Q = sum_c e^{2 z_c} the per-needle loss |Pbar - onehot|^2 is
 
     l = (1 - P*)^2 + sum_c P_c^2 = (S^2 + Q) / (e^m + S)^2.
@@ -37,9 +37,8 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-
-from .quadrature import chi_nodes_traced, normal_nodes
-from .thresholds import growth_rate
+from weakspots.theory.quadrature import chi_nodes_traced, normal_nodes
+from weakspots.theory.thresholds import growth_rate
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.

@@ -40,10 +40,10 @@ import math
 
 import numpy as np
 
-from .needle_mass import mse_drive
-from .quadrature import log_chi_mean
-from .support import internal_rate, reentry_rate, stable_support_sizes
-from .thresholds import growth_rate
+from weakspots.theory.needle_mass import mse_drive
+from weakspots.theory.quadrature import log_chi_mean
+from weakspots.theory.support import internal_rate, reentry_rate, stable_support_sizes
+from weakspots.theory.thresholds import growth_rate
 
 DROPPED_WEIGHT = 0.03  # dropped phases' weight right after the collapse (the end state forgets it)
 DROPPED_SPREAD = 0.1  # log-weight step between successive dropped phases (breaks their tie)
@@ -172,7 +172,7 @@ def race_exponent(
     """The gain and int_0^t lambda(beta) dt along the uniform-state gain flow (module docstring).
 
     stride s, chunks N, init_gain beta_0, weight_decay, t_end; gain_parametrisation
-    "log" | "linear" as in sims.flow. Adaptive Dormand-Prince on the pair
+    "log" | "linear" as in sims.toy.flow. Adaptive Dormand-Prince on the pair
     (beta, exponent): dbeta/dt = J [(c/s) w(beta/s) - wd beta], d exponent/dt = lambda(beta).
     Returns (times (T,), gains (T,), exponent (T,)) at the accepted steps; a start of order
     delta_0 reaches delta when log delta_0 + exponent reaches log delta.
@@ -218,7 +218,7 @@ def gain_race(
     """Whether, and when, specialisation outruns the learned gain (module docstring).
 
     stride s, chunks N, init_gain beta_0, weight_decay, init_scale of the pooling logits,
-    t_end; gain_parametrisation "log" | "linear" as in sims.flow. delta_0 is the typical
+    t_end; gain_parametrisation "log" | "linear" as in sims.toy.flow. delta_0 is the typical
     start init_scale * E chi_{s-1}; race_exponent must reach log(event_level / delta_0).
     Returns (time of specialisation or inf, gain then (or at t_end)).
     """

@@ -1,9 +1,9 @@
 """The trainer's loss per problem, its gradients and Hessian, on a Monte Carlo sample of problems.
 
 SGD's gradient noise at pooling logits a is the covariance of the per-problem gradient of the
-trainer's own loss (idealized.loss.retrieval_loss) over problems drawn as the trainer draws
+trainer's own loss (idealized.toy.loss.retrieval_loss) over problems drawn as the trainer draws
 them; theory.noise_floor and theory.escape read curvatures and noise from here (one head,
-fixed gain, the inner-product sampler of idealized.task, drawn in numpy: r = |q|^2 ~ chi2_d/d,
+fixed gain, the inner-product sampler of idealized.toy.task, drawn in numpy: r = |q|^2 ~ chi2_d/d,
 q . x ~ N(0, r/d) for every other key, the needle's entry r).
 """
 
@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.loss import retrieval_loss
 from weakspots.idealized.precision import float64, float64_module
+from weakspots.idealized.toy.loss import retrieval_loss
 from weakspots.idealized.xla import jit
 
 

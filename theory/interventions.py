@@ -51,10 +51,9 @@ import numpy as np
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.stagger import stagger_offsets
 from weakspots.idealized.xla import jit
-
-from .accuracy import needle_accuracy
-from .reduced import retrieval_probability
-from .rope import rope_attenuation_at
+from weakspots.theory.accuracy import needle_accuracy
+from weakspots.theory.reduced import retrieval_probability
+from weakspots.theory.rope import rope_attenuation_at
 
 DRAWS = 16384  # contexts per phase: binomial error sqrt(acc (1 - acc) / DRAWS) <= 0.004
 BLOCK = 2048  # contexts drawn at once
@@ -64,7 +63,7 @@ SEED = 20260101  # the contexts' fixed seed
 def _entry_starts(phase, stride, offsets, overlap):
     # First token of each head's entry holding the needle, relative to the needle's chunk:
     # a chunking shifted by o starts its entries at c s + o, and the needle at phase < o
-    # belongs to the entry that started one chunk earlier (idealized.model.align_to_needle).
+    # belongs to the entry that started one chunk earlier (idealized.toy.model.align_to_needle).
     offsets = np.asarray(offsets, int)
     own = offsets - np.where(phase < offsets, stride, 0)
     return own - stride if overlap else own

@@ -23,8 +23,7 @@
 import numpy as np
 
 from weakspots.idealized.stagger import stagger_offsets
-
-from .thresholds import growth_rate
+from weakspots.theory.thresholds import growth_rate
 
 
 def entropy_critical_weight(stride, chunks, gain, heads=1, loss="mse"):

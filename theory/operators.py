@@ -2,7 +2,7 @@
 
 Derivation (single head, stride s != 4, gate `wgate = 0`, `wkv = I`, `ape` equal across
 channels, no RoPE: the `deepseek_v4` operator at its initialisation,
-idealized.compression.init_compressor). Then every channel pools with the same weights
+idealized.toy.compression.init_compressor). Then every channel pools with the same weights
 `alpha = softmax(a)` over the block's own s tokens, `y[c] = sum_j alpha_j x[c, j]`;
 RMSNorm gives `sqrt(d) y / |y|` (eps negligible) and the `DeepSeekV4` module divides by
 sqrt(d), so the key is `K[c] = y[c] / |y[c]|`. As d -> inf, `|x|^2 -> 1` and cross
@@ -56,9 +56,8 @@ from scipy.optimize import brentq
 from scipy.special import betainc
 
 from weakspots.idealized.precision import float64_module
-
-from .quadrature import chi_nodes, normal_nodes
-from .reduced import retrieval_probability
+from weakspots.theory.quadrature import chi_nodes, normal_nodes
+from weakspots.theory.reduced import retrieval_probability
 
 #: m0 where N_c(m0) is smallest: d/dm log((2m+1) e^m / (m-1)) = 0, i.e. 2m^2 - m - 4 = 0.
 WORST_LOGIT = (1.0 + math.sqrt(33.0)) / 4.0

@@ -51,10 +51,9 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-
-from .reduced import centred_logits
-from .support import reentry_rate
-from .thresholds import specialization_time
+from weakspots.theory.reduced import centred_logits
+from weakspots.theory.support import reentry_rate
+from weakspots.theory.thresholds import specialization_time
 
 RACE_SETTLE = 4000.0  # one head: default horizon past t* (the race is decided well before)
 HEADS_SETTLE = 20000.0  # several heads: time past t* of the finite horizon (slow trading)
@@ -134,7 +133,7 @@ def block_flow(
     logits (B, H, C) starts; multiplicity (C,); gain scalar or (H,) (the start, when
     learned); chunks N; stride s; t_end; loss; learn_gain: the gain follows
     -dL/dbeta - weight_decay beta ("linear") or its log does beta times that ("log"), as in
-    sims.flow.solve_many. Tsit5 with a PID controller (rtol 1e-7), float64. Returns
+    sims.toy.flow.solve_many. Tsit5 with a PID controller (rtol 1e-7), float64. Returns
     (weights (B, H, C) of each phase of each block at t_end, gains (B, H)); nan where the
     solve failed.
     """
@@ -267,7 +266,7 @@ def support_size_law(
     horizon), closure (bool: the t = inf closure was applied). Where uniform pooling is
     stable, law is {s: 1}.
     """
-    from .thresholds import growth_rate
+    from weakspots.theory.thresholds import growth_rate
 
     s, h = int(stride), int(heads)
     if not float(growth_rate(s, chunks, gain, h, loss)) > 0.0:
@@ -310,7 +309,7 @@ def learned_gain_law(
     """P(k) and the gain of the learned-gain flow's end state at t_end (docs/theory.md §9.1, §6.6).
 
     One head, mse, gain learned from init_gain under the penalty weight_decay/2 beta^2,
-    parametrised as in sims.flow ("log" | "linear"); starts init_scale * N(0, 1) from seed.
+    parametrised as in sims.toy.flow ("log" | "linear"); starts init_scale * N(0, 1) from seed.
     Where the gain wins the race (theory.gain.gain_race) pooling stays uniform: {s: 1}.
     Otherwise the collapse is the cut-local race (module docstring) with the gain a state
     variable of the block flow (block_flow(learn_gain=True)), integrated to
@@ -320,8 +319,8 @@ def learned_gain_law(
     Returns a dict: law {k: P}, gain {k: final gain}, collapse {k: P} (the race's sizes),
     cut, blocks.
     """
-    from .gain import gain_race, support_ladder
-    from .thresholds import growth_rate
+    from weakspots.theory.gain import gain_race, support_ladder
+    from weakspots.theory.thresholds import growth_rate
 
     s = int(stride)
     t_race, beta = gain_race(

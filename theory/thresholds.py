@@ -27,10 +27,9 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-
-from .needle_mass import sigma_n
-from .quadrature import log_chi_mean
-from .reduced import LOSSES, centred_logits, reduced_loss
+from weakspots.theory.needle_mass import sigma_n
+from weakspots.theory.quadrature import log_chi_mean
+from weakspots.theory.reduced import LOSSES, centred_logits, reduced_loss
 
 
 def _sigma_derivatives(margin, chunks):
@@ -198,7 +197,7 @@ def specialization_time(
 ):
     """t*: first time the order parameter delta = |P a|_F reaches event_level (docs/theory.md §7).
 
-    Definitions shared with sims.flow.solve_many: delta(t) = Frobenius norm of the
+    Definitions shared with sims.toy.flow.solve_many: delta(t) = Frobenius norm of the
     per-head centred pooling logits (= |log alpha - mean log alpha|, a function of the
     pooling weights); the event is delta = event_level (default 0.25: the end of the
     linear phase, weights off uniform by about 10%; the later collapse onto a support

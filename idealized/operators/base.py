@@ -8,7 +8,7 @@ states the facts the rest of the code asks about (`name`, `phase_weighted`,
   parameters (leading axis H); `init` draws them, `__call__` maps `(N, s, d)` keys to
   `(H, N, d)`;
 * the decoder's: `decoder_params` draws the parameters of one layer (named as the
-  fields; `idealized.attention.Compressor` holds them as `nnx.Param`s) and
+  fields; `idealized.decoder.attention.Compressor` holds them as `nnx.Param`s) and
   `decoder_pool` applies the operator window by window to `(B, T, H, hd)` heads.
 
 Final classes subclass `AbstractOperator` and are listed in `registry.py`.
@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..types import CompressedKeys, Keys, PoolingWeights
+from weakspots.idealized.types import CompressedKeys, Keys, PoolingWeights
 
 if TYPE_CHECKING:
-    from ..config import ModelConfig
+    from weakspots.idealized.toy.config import ModelConfig
 
 Pooled = Float[Array, "N d"]
 Heads = Float[Array, "B T H hd"]

@@ -10,9 +10,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..deepseek_v4 import OVERLAP_RATIO, ape_pooling_weights, deepseek_v4
-from ..types import CompressedKeys, Keys, PoolingWeights
-from .base import AbstractOperator, complete, noise
+from weakspots.idealized.deepseek_v4 import OVERLAP_RATIO, ape_pooling_weights, deepseek_v4
+from weakspots.idealized.operators.base import AbstractOperator, complete, noise
+from weakspots.idealized.types import CompressedKeys, Keys, PoolingWeights
 
 
 class DeepSeekV4(AbstractOperator):

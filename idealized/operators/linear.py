@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..types import CompressedKeys, Keys, PoolingWeights
-from .base import TOY, AbstractOperator, Pooled, noise
+from weakspots.idealized.operators.base import TOY, AbstractOperator, Pooled, noise
+from weakspots.idealized.types import CompressedKeys, Keys, PoolingWeights
 
 
 def linear_pool(keys: Keys, weights: Float[Array, " s"]) -> Pooled:

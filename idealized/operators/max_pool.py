@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..types import CompressedKeys, Keys
-from .base import AbstractOperator, Pooled, noise
+from weakspots.idealized.operators.base import AbstractOperator, Pooled, noise
+from weakspots.idealized.types import CompressedKeys, Keys
 
 
 def max_pool(keys: Keys, projection: Float[Array, "d d"]) -> Pooled:

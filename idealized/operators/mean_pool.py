@@ -7,8 +7,8 @@ from typing import ClassVar
 import equinox as eqx
 import jax.numpy as jnp
 
-from ..types import CompressedKeys, Keys, PoolingWeights
-from .base import AbstractOperator, Pooled, uniform
+from weakspots.idealized.operators.base import AbstractOperator, Pooled, uniform
+from weakspots.idealized.types import CompressedKeys, Keys, PoolingWeights
 
 
 def mean_pool(keys: Keys) -> Pooled:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..types import CompressedKeys, Keys
-from .base import DECODER, AbstractOperator
+from weakspots.idealized.operators.base import DECODER, AbstractOperator
+from weakspots.idealized.types import CompressedKeys, Keys
 
 
 class NoPool(AbstractOperator):

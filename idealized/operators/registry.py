@@ -13,14 +13,14 @@ as it refuses any flag that changes nothing.
 
 from __future__ import annotations
 
-from .base import FAMILIES, AbstractOperator
-from .deepseek_v4 import DeepSeekV4
-from .linear import LinearPool
-from .low_rank import LowRank
-from .max_pool import MaxPool
-from .mean_pool import MeanPool
-from .none import NoPool
-from .softmax_pool import SoftmaxPool
+from weakspots.idealized.operators.base import FAMILIES, AbstractOperator
+from weakspots.idealized.operators.deepseek_v4 import DeepSeekV4
+from weakspots.idealized.operators.linear import LinearPool
+from weakspots.idealized.operators.low_rank import LowRank
+from weakspots.idealized.operators.max_pool import MaxPool
+from weakspots.idealized.operators.mean_pool import MeanPool
+from weakspots.idealized.operators.none import NoPool
+from weakspots.idealized.operators.softmax_pool import SoftmaxPool
 
 _REGISTRY: dict[str, type[AbstractOperator]] = {}
 
@@ -53,7 +53,7 @@ def operator_names(family: str | None = None, **facts) -> tuple[str, ...]:
 
 def lookup(name: str, family: str | None = None) -> type[AbstractOperator]:
     """The operator registered as `name` (for `family`); a `ConfigError` on `--operator` if none."""
-    from ..config import ConfigError  # config imports this module
+    from weakspots.idealized.toy.config import ConfigError  # config imports this module
 
     allowed = operator_names(family)
     if name not in allowed:

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..types import CompressedKeys, Keys, PoolingWeights
-from .base import AbstractOperator, Pooled, noise
+from weakspots.idealized.operators.base import AbstractOperator, Pooled, noise
+from weakspots.idealized.types import CompressedKeys, Keys, PoolingWeights
 
 
 def softmax_pool(keys: Keys, pooling_logits: Float[Array, " s"]) -> Pooled:

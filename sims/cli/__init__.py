@@ -17,10 +17,9 @@ import os
 import sys
 
 from weakspots import __version__
-from weakspots.idealized.config import ConfigError
 from weakspots.idealized.precision import float64
-
-from .common import HelpFormatter, UsageError, enable_compilation_cache
+from weakspots.idealized.toy.config import ConfigError
+from weakspots.sims.cli.common import HelpFormatter, UsageError, enable_compilation_cache
 
 VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm", "probe")
 

@@ -7,10 +7,9 @@ import dataclasses
 
 import numpy as np
 
-from weakspots.sims.interventions import ablate
-from weakspots.sims.train import train
-
-from . import common
+from weakspots.sims.cli import common
+from weakspots.sims.toy.interventions import ablate
+from weakspots.sims.toy.train import train
 
 
 def register(subparsers) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from . import common
+from weakspots.sims.cli import common
 
 
 def register(subparsers) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from weakspots.sims.cli import common
 from weakspots.sims.experiments import (
     EXPERIMENTS,
     evaluate,
@@ -12,9 +13,7 @@ from weakspots.sims.experiments import (
     kind_counts,
     train_planned,
 )
-from weakspots.sims.progress import Progress
-
-from . import common
+from weakspots.sims.runs.progress import Progress
 
 
 def register(subparsers) -> None:

@@ -12,10 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from weakspots.idealized.config import LOSSES, OPTIMIZERS, TrainConfig
 from weakspots.idealized.metrics import runs_interval
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
+from weakspots.idealized.toy.config import LOSSES, OPTIMIZERS, TrainConfig
 
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"
@@ -207,7 +207,7 @@ def progress_enabled(args: argparse.Namespace) -> bool:
 
 def train_progress(args: argparse.Namespace, label: str, configs=()):
     """A progress bar in training steps for `train_many(configs)` (silent with `--quiet`)."""
-    from weakspots.sims.train import stderr_progress
+    from weakspots.sims.toy.train import stderr_progress
 
     return stderr_progress(label, configs, enabled=progress_enabled(args))
 

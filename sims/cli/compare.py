@@ -7,15 +7,14 @@ import dataclasses
 
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
-from weakspots.sims.interventions import (
+from weakspots.sims.cli import common
+from weakspots.sims.toy.interventions import (
     MITIGATIONS,
     compare_mitigations,
     compare_operators,
     mitigation_configs,
     operator_configs,
 )
-
-from . import common
 
 
 def register(subparsers) -> None:

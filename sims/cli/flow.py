@@ -8,10 +8,9 @@ import sys
 
 import numpy as np
 
-from weakspots.idealized.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
-from weakspots.sims.flow import FlowFailed, FlowResult, solve
-
-from . import common, mechanisms
+from weakspots.idealized.toy.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
+from weakspots.sims.cli import common, mechanisms
+from weakspots.sims.toy.flow import FlowFailed, FlowResult, solve
 
 _DEFAULT = FlowConfig()
 
@@ -23,7 +22,7 @@ def register(subparsers) -> None:
         description="Integrate the reduced gradient flow of docs/theory.md §5 (diffrax Tsit5, "
         "PID step control, "
         "float64) from the trainer's initial pooling logits for --seed; print the pooling "
-        "weights over time. Every flag is a field of idealized.config.FlowConfig.",
+        "weights over time. Every flag is a field of idealized.toy.config.FlowConfig.",
         epilog=common.examples(
             "weakspots flow --chunks 64 --gain 16 --t1 400",
             "weakspots flow --stride 4 --chunks 40 --heads 2 --json",

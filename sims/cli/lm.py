@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from weakspots.idealized.lm_config import (
+from weakspots.idealized.decoder.config import (
     LAYER_KINDS,
     V4_DESIGN,
     V4_FIELDS,
@@ -15,8 +15,7 @@ from weakspots.idealized.lm_config import (
 )
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
-
-from . import common
+from weakspots.sims.cli import common
 
 _DEFAULT = LMConfig()
 
@@ -182,9 +181,9 @@ def lm_config(args: argparse.Namespace) -> LMConfig:
 def run_train(args: argparse.Namespace) -> int:
     base = lm_config(args)
     seeds = common.seed_list(args)
-    from weakspots.sims.lm.evaluate import phase_summary, seed_spread
-    from weakspots.sims.lm.train import train_many
-    from weakspots.sims.progress import Progress
+    from weakspots.sims.decoder.evaluate import phase_summary, seed_spread
+    from weakspots.sims.decoder.train import train_many
+    from weakspots.sims.runs.progress import Progress
 
     with Progress("lm train", "steps", enabled=common.progress_enabled(args)) as progress:
         results = train_many([base.replace(seed=s) for s in seeds], progress=progress)
@@ -317,9 +316,9 @@ def run_ablate(args: argparse.Namespace) -> int:
             raise common.UsageError(
                 f"--cache: cannot use {args.cache!r}: {error.strerror}"
             ) from None
-    from weakspots.sims.lm import study
-    from weakspots.sims.lm.checkpoint import trained
-    from weakspots.sims.progress import Progress
+    from weakspots.sims.decoder import study
+    from weakspots.sims.decoder.checkpoint import trained
+    from weakspots.sims.runs.progress import Progress
 
     enabled = common.progress_enabled(args)
     with Progress("lm ablate: train", "steps", enabled=enabled) as progress:

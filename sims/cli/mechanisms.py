@@ -10,8 +10,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import footprint, selection
-
-from . import common
+from weakspots.sims.cli import common
 
 MODELS = ("toy", "footprint", "selection")
 MAX_LOGIT = 700.0  # exp() of the entry logits overflows float64 past ~709

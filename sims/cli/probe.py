@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from weakspots.probe.design import BACKENDS, TASKS, ProbeConfig
-
-from . import common
+from weakspots.sims.cli import common
 
 _DEFAULT = ProbeConfig(url="-", model="-")
 
@@ -64,7 +63,7 @@ def register(subparsers) -> None:
         "or auto (the model's own: server for openai, the model directory for hf)",
     )
     model.add_argument(
-        "--checkpoint", help="a decoder checkpoint (sims.lm.checkpoint): decoder backend, recall task"
+        "--checkpoint", help="a decoder checkpoint (sims.decoder.checkpoint): decoder backend, recall task"
     )
     design = parser.add_argument_group("design")
     design.add_argument("--task", default=_DEFAULT.task, help=f"one of {', '.join(TASKS)}")

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from . import common
+from weakspots.sims.cli import common
 
 
 def register(subparsers) -> None:
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if args.memory_gb is not None and not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
         raise common.UsageError(f"--memory-gb: must be a finite number > 0, got {args.memory_gb}")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
-    from weakspots.sims import store, sweep
+    from weakspots.sims.runs import store, sweep
 
     try:
         share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
@@ -155,8 +155,8 @@ def _run_distributed(args, sweep, runs, timeout: float) -> int:
 def _run(args, sweep, runs, timeout: float) -> int:
     import jax
 
-    from weakspots.sims import store
-    from weakspots.sims.progress import Progress
+    from weakspots.sims.runs import store
+    from weakspots.sims.runs.progress import Progress
 
     mesh = sweep.run_mesh()
     try:
@@ -203,7 +203,7 @@ def dry_run_report(runs, store_dir=None) -> str:
     named by those of them it holds fixed. With `store_dir` (`--resume`), stored runs
     are counted and marked.
     """
-    from weakspots.sims import store
+    from weakspots.sims.runs import store
 
     stored = store.completed_hashes(store_dir) if store_dir is not None else set()
     rows = [r.row for r in runs]

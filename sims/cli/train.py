@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from weakspots.sims.train import train_many
-
-from . import common, mechanisms
+from weakspots.sims.cli import common, mechanisms
+from weakspots.sims.toy.train import train_many
 
 
 def register(subparsers) -> None:

@@ -5,7 +5,7 @@ SGD lr 2, batch 256, 600 steps, so gradient-flow time t = lr x steps = 1200); `S
 `CHUNKS`, `DIM`, `GAIN` are read from it. `Training` is how long SGD runs train and are
 evaluated at a size (`TRAINING`), shared by every experiment so that their runs coincide.
 `train` is the SGD run memo shared by experiments; `base_flow` and `solve_from` set up and
-solve reduced flows from given starts (`sims.flow.solve_many`: one compiled program per flow structure).
+solve reduced flows from given starts (`sims.toy.flow.solve_many`: one compiled program per flow structure).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.config import FlowConfig, TrainConfig
-from weakspots.idealized.loss import batch_correct
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.task import sample_batch
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+from weakspots.idealized.toy.loss import batch_correct
+from weakspots.idealized.toy.task import sample_batch
 from weakspots.idealized.xla import filter_jit
-from weakspots.sims.flow import FlowHistory, solve_many, stack
-from weakspots.sims.train import DTYPE, TrainResult, train_many
+from weakspots.sims.toy.flow import FlowHistory, solve_many, stack
+from weakspots.sims.toy.train import DTYPE, TrainResult, train_many
 
 CANONICAL = TrainConfig()
 STRIDE, CHUNKS, DIM, GAIN = CANONICAL.stride, CANONICAL.chunks, CANONICAL.dim, CANONICAL.gain
@@ -76,7 +76,7 @@ def base_flow(ts, **changes) -> FlowConfig:
 
 
 def solve_from(configs, starts, ts=None) -> FlowHistory:
-    """`sims.flow.solve_many` of `configs` from given starting logits `(B, H, s)`, saved at
+    """`sims.toy.flow.solve_many` of `configs` from given starting logits `(B, H, s)`, saved at
     `ts` (T,) if given, as one history with a leading run axis (numpy)."""
     times = None if ts is None else np.asarray(ts, float)
     return stack(solve_many(configs, starts=list(np.asarray(starts, float)), times=times))

@@ -26,9 +26,9 @@ from typing import Any, Literal, NamedTuple
 import jax
 import numpy as np
 
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.precision import float64
-from weakspots.sims import store
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.sims.runs import store
 
 Kind = Literal["prediction", "consistency", "fit"]
 KINDS: tuple[Kind, ...] = ("prediction", "consistency", "fit")
@@ -128,7 +128,7 @@ def same_at_every_size():
 
 def sizes_by_name():
     """`SIZES` of an experiment whose drivers take a size by its name (the decoder drivers
-    of `sims.lm`, each with its own settings at `SIZE_NAMES`): each record is its name."""
+    of `sims.decoder`, each with its own settings at `SIZE_NAMES`): each record is its name."""
     return {name: name for name in SIZE_NAMES}
 
 

@@ -11,12 +11,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.model import init_model
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import init_model
 from weakspots.sims.experiments.canonical import GAIN, STRIDE, correct_at_phase
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.train import DTYPE
+from weakspots.sims.toy.train import DTYPE
 
 
 def finite_d_cases() -> list[dict]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import TRAINING, Training, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 
@@ -25,7 +25,7 @@ SIZES = {
     "quick": Size(TRAINING["quick"], (1, 2, 4, 8), ablate_samples=128),
     "full": Size(TRAINING["full"], (1, 2, 4, 8), ablate_samples=512),
 }
-from weakspots.sims.interventions import ablate
+from weakspots.sims.toy.interventions import ablate
 
 
 def configs(size: Size) -> list[TrainConfig]:

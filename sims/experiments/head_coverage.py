@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width

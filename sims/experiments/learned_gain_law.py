@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import random_starts, solve_from
 from weakspots.sims.experiments.experiment import SIZE_NAMES, Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width

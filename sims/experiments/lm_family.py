@@ -1,11 +1,11 @@
 """The decoder family trained alike: the weak-spot gap by operator x stride x context
-(`sims.lm.family`).
+(`sims.decoder.family`).
 
 The compressed cells are measurements the figure shows (`delta_max`, and whether the worst
 phase's interval, seeds as clusters, lies wholly below the best one's); no theory predicts
 them, so no row compares them with anything. The dense control (`--operator none`, its
 phases counted at each stride) has no period-`s` structure: each of its cells is a row, its
-`delta_max` against 0 within its 95% noise floor (`sims.lm.evaluate.seed_noise_floor`: seeds
+`delta_max` against 0 within its 95% noise floor (`sims.decoder.evaluate.seed_noise_floor`: seeds
 as clusters where a cell has several, the binomial floor of the evaluation for one).
 
 The named designs (`family.DESIGNS`: `v4`, DeepSeek-V4's attention; trained at full, read
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
+from weakspots.sims.decoder import family
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
-from weakspots.sims.lm import family
 
 
 def run(size: str) -> dict:

@@ -1,7 +1,7 @@
 """Which mechanism makes the weak spot in each decoder design, by causal intervention.
 
-Each design of `MECHANISM_DESIGNS` (`sims.lm.study`) is measured by every intervention of
-`weakspots lm ablate` and judged by `sims.lm.mechanism` (straddle, pooling specialisation,
+Each design of `MECHANISM_DESIGNS` (`sims.decoder.study`) is measured by every intervention of
+`weakspots lm ablate` and judged by `sims.decoder.mechanism` (straddle, pooling specialisation,
 RoPE anchoring; `none` without a weak spot beyond the intervals). The rows hold the
 toy's account against each design: the toy makes its weak spot from the pooling weights
 alone, so its prediction of the decoder's weak spot is `theory.phase_accuracy_heads` of the
@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.lm_config import RecallTask
+from weakspots.idealized.decoder.config import RecallTask
+from weakspots.sims.decoder import study
 from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
-from weakspots.sims.lm import study
 
 MECHANISM_DESIGNS = ("mean_s4_p8", "mean_s8_p8", "mean_s8", "softmax_s8", "dsv4_s8", "mean_s8_k3")
 KEPT = (
@@ -28,7 +28,7 @@ KEPT = (
 
 
 def design_reports(designs: tuple[str, ...], size: str) -> dict:
-    """The `lm ablate` reports of `designs` (`sims.lm.study.reports` at `size`),
+    """The `lm ablate` reports of `designs` (`sims.decoder.study.reports` at `size`),
     each cut to the `KEPT` keys."""
     found = study.reports(designs, size)
     return {
@@ -161,13 +161,13 @@ def tables(results: dict, predictions: dict) -> list[Table]:
             )
         )
     note = (
-        "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in sims/lm/runs/ at the "
+        "Per design (`weakspots lm ablate --seeds 2 --json`, recorded in sims/decoder/runs/ at the "
         "quick size, retrained at full): the worst and best value phase with 95% intervals "
         "(the seeds as clusters where the report holds per-seed accuracies, as the design "
         "column says; "
         "Wilson with outcomes pooled over seeds in older recordings), delta_max against its "
         "95% noise floor (the same), "
-        "straddling against same-window facts, and the mechanism `sims.lm.mechanism` names "
+        "straddling against same-window facts, and the mechanism `sims.decoder.mechanism` names "
         "from the interventions (straddle: straddling facts below same-window ones and the "
         "worst phase a straddle phase; pooling specialisation: zeroing or rolling the learned "
         "position bias moves the weak spot; RoPE anchoring: removing RoPE from compressed keys "
@@ -200,7 +200,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         ]
         note = (
             "Designs trained and measured again with each seed's accuracies kept "
-            "(`sims/lm/runs/ablate_<design>_rerecorded.json`, the same command): the first "
+            "(`sims/decoder/runs/ablate_<design>_rerecorded.json`, the same command): the first "
             "recording's verdict and delta_max [noise floor] (Wilson, outcomes pooled over "
             "seeds) beside the new decoders' with the seeds as clusters (per-phase Student-t "
             "intervals over the seeds, Tukey's noise floor over the seeds). The verdict asks "

@@ -2,13 +2,13 @@
 
 Offset ensemble (inference only): each decoder reads every sequence under K chunkings
 shifted by `k s // K` tokens and predicts from the mean log-probability
-(`sims.lm.interventions.offset_ensemble`; K forward passes per sequence). The toy's
+(`sims.decoder.interventions.offset_ensemble`; K forward passes per sequence). The toy's
 prediction (`theory.offset_ensemble_accuracy` at finite d: each phase's accuracy is the
 mean of the single-chunking accuracies of the phases it is shifted to) is applied to the
 decoder's own intact per-phase accuracy, so the rows are fits.
 
 Stagger, overlap and phase entropy change the model or its training, so each is a variant
-of a design of `sims.lm.study.DESIGNS` trained from scratch with the same seeds
+of a design of `sims.decoder.study.DESIGNS` trained from scratch with the same seeds
 (`study.TRAINED_MITIGATIONS`) and evaluated by the intact designs' protocol. The toy's
 predictions: staggering relabels each head's phases, so with heads that do not share
 pooling weights the distribution of `delta_max` is unchanged (`theory.mitigations`):
@@ -30,9 +30,9 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import metrics
+from weakspots.sims.decoder import study
+from weakspots.sims.decoder.evaluate import report_noise_floor
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
-from weakspots.sims.lm import study
-from weakspots.sims.lm.evaluate import report_noise_floor
 
 MITIGATED = ("mean_s8", "softmax_s8")
 TRAINED = tuple(study.TRAINED_MITIGATIONS)

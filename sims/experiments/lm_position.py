@@ -11,7 +11,7 @@ no row compares it with anything. What is predicted, without simulating the deco
 * the dense control has no period-`s` structure, so its phases should differ by the
   evaluation's sampling noise alone: its `delta_max` against 0, within the noise floor
   (the 95% quantile of `delta_max` with no phase effect, the seeds as clusters,
-  `sims.lm.evaluate.seed_noise_floor`);
+  `sims.decoder.evaluate.seed_noise_floor`);
 * compression packs `s` tokens per entry, so where the compressed design has a weak spot
   its period is `s`: the dominant period of the far facts' accuracy against position
   (`position_spectrum`) against `s`, exactly (periods are read on a discrete grid). This
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.sims.decoder.evaluate import phase_summary, seed_phase_statistics, seed_spread
+from weakspots.sims.decoder.train import train_many
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.lm.evaluate import phase_summary, seed_phase_statistics, seed_spread
-from weakspots.sims.lm.train import train_many
-from weakspots.sims.progress import Progress
+from weakspots.sims.runs.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ SIZES = {
                     eval_every=100, batch=32, eval_samples=8),
         seeds=2,
     ),
-    # the configuration of sims/lm/runs/mean_pool_s4_p8.json and none_s4_p8.json
+    # the configuration of sims/decoder/runs/mean_pool_s4_p8.json and none_s4_p8.json
     "full": Size("full", config=dict(pairs=8, steps=2000, eval_samples=64), seeds=4),
 }  # fmt: skip
 

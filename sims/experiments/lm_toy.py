@@ -1,7 +1,7 @@
 """The toy's predictions held against the decoders: chunk count, stride, weight decay, support.
 
 Each prediction comes from the toy's theory (`theory`), applied to a decoder design of
-`sims.lm.study` (facts beyond the first query's reach; `delta_max` pooled over two seeds,
+`sims.decoder.study` (facts beyond the first query's reach; `delta_max` pooled over two seeds,
 with its 95% noise floor):
 
 * chunk count `N = context / s` at fixed stride (mean pooling, s = 8, T = 64 and 128): the
@@ -214,7 +214,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
             )
         )
     note = (
-        "Each toy prediction against the decoders of `sims.lm.study` (facts beyond the first "
+        "Each toy prediction against the decoders of `sims.decoder.study` (facts beyond the first "
         "query's reach, outcomes pooled over two seeds, delta_max with its 95% noise floor); "
         "'carried over' is the outcome of the prediction's finding row in the agreement table "
         "(for the last rows: the toy's delta_max within the measured one's noise floor)."

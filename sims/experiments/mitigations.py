@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import TRAINING, Training, base_config, train
 from weakspots.sims.experiments.experiment import SIZE_NAMES, Experiment, Row
-from weakspots.sims.interventions import MITIGATIONS, compare_mitigations, mitigation_configs
+from weakspots.sims.toy.interventions import MITIGATIONS, compare_mitigations, mitigation_configs
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def two_heads(size: Size) -> TrainConfig:
 
 
 def configs(size: Size) -> list[TrainConfig]:
-    """Each mitigation of sims.interventions.MITIGATIONS with 2 heads, size.seeds seeds."""
+    """Each mitigation of sims.toy.interventions.MITIGATIONS with 2 heads, size.seeds seeds."""
     runs = mitigation_configs(two_heads(size), MITIGATIONS, range(size.seeds))
     return [c for mitigation in runs.values() for c in mitigation]
 

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width
 from weakspots.sims.experiments.uniform_state import predicted_support
-from weakspots.sims.interventions import compare_operators, operator_configs
+from weakspots.sims.toy.interventions import compare_operators, operator_configs
 
 # The toy's operators whose logits need only inner products, and those that need real keys.
 GRAM_OPERATORS = operator_names(TOY, phase_weighted=True)
@@ -165,7 +165,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
         res = results["results"].get(op, {})
         if "delta_max" not in res:
             continue
-        # support_size needs sims.interventions.aggregate to report it; the row appears once
+        # support_size needs sims.toy.interventions.aggregate to report it; the row appears once
         # it does.
         metrics = [m for m in ("delta_max", "mean_accuracy", "support_size") if m in pred]
         for metric in (m for m in metrics if m in res):

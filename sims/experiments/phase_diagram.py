@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import specialization_index, support_size
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import support_size
-from weakspots.idealized.model import initial_pooling_logits
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,

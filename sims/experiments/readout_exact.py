@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import TrainConfig
-from weakspots.idealized.model import init_model
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import TrainConfig
+from weakspots.idealized.toy.model import init_model
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width
-from weakspots.sims.train import evaluate
+from weakspots.sims.toy.train import evaluate
 
 # Two heads at s=5, N=40, d=48, gain 9: head 0 spreads over three phases, head 1 over two
 # (where a mean partition function overstated the weak phases: docs/theory_derivations.md §4)

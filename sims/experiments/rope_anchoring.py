@@ -9,13 +9,13 @@ import jax
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
 from weakspots.idealized.metrics import harmonic_spectrum
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.interventions import predicted_phase_accuracy
-from weakspots.sims.train import Hyper, evaluate, init
+from weakspots.sims.toy.interventions import predicted_phase_accuracy
+from weakspots.sims.toy.train import Hyper, evaluate, init
 from weakspots.theory import interventions as tint
 
 ROPE_DIM = 64

@@ -7,7 +7,7 @@ import numpy as np
 from weakspots.sims.experiments.canonical import train
 from weakspots.sims.experiments.experiment import Experiment, Row, no_difference
 from weakspots.sims.experiments.measure import SGD_ATOL, sgd_config
-from weakspots.sims.flow import finite_flow
+from weakspots.sims.toy.flow import finite_flow
 
 SIZES = {"tiny": 8192, "quick": 8192, "full": 32768}  # problems in the finite-d flow's sample
 

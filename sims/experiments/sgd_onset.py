@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import order_parameter

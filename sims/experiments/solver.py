@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row, no_difference
 from weakspots.sims.experiments.measure import rk4

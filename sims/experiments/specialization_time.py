@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     EVENT_LEVEL,

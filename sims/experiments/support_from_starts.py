@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row

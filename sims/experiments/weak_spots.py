@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots import theory
-from weakspots.idealized.config import TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import (
     CHUNKS,
     DIM,

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int
 
-from .model import RetrievalModel
-from .task import Batch
-from .types import Logits
+from weakspots.idealized.toy.model import RetrievalModel
+from weakspots.idealized.toy.task import Batch
+from weakspots.idealized.types import Logits
 
 
 def head_average(logits: Logits) -> Float[Array, " N"]:

@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .compression import AbstractCompressor, init_compressor
-from .config import ModelConfig
-from .deepseek_v4 import _interleaved_rope
-from .rope import ROPE_THETA as ROPE_THETA
-from .rope import rope_frequencies as rope_frequencies
-from .stagger import stagger_offsets
-from .types import Gram, Keys, Logits, PoolingWeights, Query
+from weakspots.idealized.deepseek_v4 import _interleaved_rope
+from weakspots.idealized.rope import ROPE_THETA as ROPE_THETA
+from weakspots.idealized.rope import rope_frequencies as rope_frequencies
+from weakspots.idealized.stagger import stagger_offsets
+from weakspots.idealized.toy.compression import AbstractCompressor, init_compressor
+from weakspots.idealized.toy.config import ModelConfig
+from weakspots.idealized.types import Gram, Keys, Logits, PoolingWeights, Query
 
 
 def shift_tokens(x: Float[Array, "N s ..."], offset: int) -> Float[Array, "N s ..."]:
@@ -155,7 +155,7 @@ class RetrievalModel(eqx.Module):
         `keys` and `query`. Under `rope_anchor` the gram path is exact too: rotating an
         independent isotropic key leaves `q . x` distributed as before, so only the
         needle's own product changes, to `anchored_self_product(rope_norms, rel)` with
-        `rel` its offset from the entry's anchor (`idealized.task` draws `rope_norms`).
+        `rel` its offset from the entry's anchor (`idealized.toy.task` draws `rope_norms`).
         """
         source = gram if gram is not None else keys
         chunks, stride = source.shape[:2]

@@ -34,7 +34,7 @@ Guarantees and how they are kept:
 
 Config values are JSON scalars (str, int, float, bool, None). `1` and `1.0` are different
 configs (canonical JSON keeps the type), so build configs from typed dataclasses
-(`idealized.config.TrainConfig` gives float fields float values).
+(`idealized.toy.config.TrainConfig` gives float fields float values).
 """
 
 import contextlib

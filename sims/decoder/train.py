@@ -1,13 +1,13 @@
 """Training many decoders at once: pure `init` / `step` / `advance`, vmapped over runs.
 
-As `sims.train` does for the toy: the structure of a run (`LMConfig.static`) is static,
+As `sims.toy.train` does for the toy: the structure of a run (`LMConfig.static`) is static,
 its hyperparameters (`lr`, `weight_decay`, `warmup`, `clip`, `seed`) travel as arrays
 (`LMHyper`), so one compiled program trains every seed of a sweep that shares a shape.
 A model is an `nnx.split` pair: the graph (static, one per structure) and the parameter
 state (one per run, stacked along a leading run axis). Steps run inside `lax.scan`,
 `eval_every` at a time; between blocks the host records the held-out loss and accuracy,
 stops on a non-finite loss, and reports progress. At the end every run is scored on the
-placement-controlled evaluation set of `sims.lm.evaluate`.
+placement-controlled evaluation set of `sims.decoder.evaluate`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.decoder.config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.recall import RecallBatch, sample_batch
+from weakspots.idealized.decoder.v4_attention import IndexerStat
 from weakspots.idealized.precision import float64
-from weakspots.idealized.recall import RecallBatch, sample_batch
-from weakspots.idealized.v4_attention import IndexerStat
-from weakspots.sims.progress import Progress
-from weakspots.sims.train import TrainingDiverged
+from weakspots.sims.runs.progress import Progress
+from weakspots.sims.toy.train import TrainingDiverged
 
 DTYPE = jnp.float32
 # The decoder's programs compile with XLA's default options rather than `idealized.xla.jit`'s:
@@ -179,7 +179,7 @@ def indexer_statistics(
     The KL runs from the main attention's distribution over the visible compressed entries
     (stop-gradient) to the indexer's; recall is the share of the entries the main
     attention ranks in its top `indexer_topk` that the indexer keeps
-    (`idealized.v4_attention.indexer_statistics`).
+    (`idealized.decoder.v4_attention.indexer_statistics`).
     """
     model = merge(config.decoder, params)
     forward = nnx.capture(
@@ -293,7 +293,7 @@ def run_batch(
 
     Returns the stacked history `(R, E)`, the stacked final parameter states and the
     per-step training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first
-    block in which some run's loss is not finite. `progress` (`sims.progress.Progress`)
+    block in which some run's loss is not finite. `progress` (`sims.runs.progress.Progress`)
     gets the steps of each block, the first marked as carrying the compile.
     `stop_on_divergence=False` trains every run to the end instead of raising.
     """
@@ -348,7 +348,7 @@ class LMResult:
 
     def summary(self) -> dict:
         """The run's metrics as plain Python values (the `--json` keys of `weakspots lm train`)."""
-        from weakspots.sims.lm.evaluate import phase_summary
+        from weakspots.sims.decoder.evaluate import phase_summary
 
         out = phase_summary(self.config, self.outcomes)
         weights = [
@@ -371,7 +371,7 @@ def train_many(configs: Sequence[LMConfig], *, progress: Progress | None = None)
     `progress` counts training steps (a batch of runs trained together counts once); if it
     has no total yet, it is planned here.
     """
-    from weakspots.sims.lm.evaluate import evaluate_many
+    from weakspots.sims.decoder.evaluate import evaluate_many
 
     groups: dict[LMConfig, list[int]] = {}
     for i, config in enumerate(configs):

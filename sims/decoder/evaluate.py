@@ -18,7 +18,7 @@ the seeds' differences and Tukey's noise floor over the seeds, `metrics.cluster_
 Facts in the last `query_reach` tokens of the context are within the uncompressed
 (sliding or local) window of the first query, so the query can read them without the
 compressed entries. Trained decoders answer those differently (less well, in the runs of
-`sims/lm/runs/`), and their share differs between phases, so the phase statistics count
+`sims/decoder/runs/`), and their share differs between phases, so the phase statistics count
 only the facts beyond that reach; the near ones are reported on their own (`near_query`)
 and in `position_accuracy`. Compressed design and dense control share the rule (it
 depends on the layout and windows, not on the operator).
@@ -37,9 +37,9 @@ import numpy as np
 from flax import nnx
 
 from weakspots.idealized import metrics
-from weakspots.idealized.lm_config import LMConfig, RecallTask
-from weakspots.idealized.recall import placed_batch, placed_starts, value_starts
-from weakspots.sims.lm.train import first_query_correct, jit
+from weakspots.idealized.decoder.config import LMConfig, RecallTask
+from weakspots.idealized.decoder.recall import placed_batch, placed_starts, value_starts
+from weakspots.sims.decoder.train import first_query_correct, jit
 
 EVAL_CHUNK = 128  # sequences per forward pass in evaluation (bounds memory)
 EVALUATION = "own sequences per seed"  # how `LMResult.outcomes` are drawn (kept in checkpoints)

@@ -20,7 +20,7 @@ Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s
 
 Everything a study may want to change is an attribute: `compressor` (replace it),
 `local_window`, `rope_compressed`, `use_compressed` (switch a branch off). With
-`record=True` inside `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.trace`)
+`record=True` inside `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.model.trace`)
 the layer sows its compressed entries and attention weights.
 """
 
@@ -33,11 +33,11 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float
 
-from .deepseek_v4 import interleaved_rope
-from .operators.base import DECODER, Entries, Heads
-from .operators.registry import lookup
-from .rope import ROPE_THETA
-from .stagger import stagger_offsets as stagger_offsets
+from weakspots.idealized.deepseek_v4 import interleaved_rope
+from weakspots.idealized.operators.base import DECODER, Entries, Heads
+from weakspots.idealized.operators.registry import lookup
+from weakspots.idealized.rope import ROPE_THETA
+from weakspots.idealized.stagger import stagger_offsets as stagger_offsets
 
 Tokens = Float[Array, "B T D"]
 MASKED = -1e30  # a finite "minus infinity": rows with nothing visible stay finite (output 0)

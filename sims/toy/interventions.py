@@ -25,9 +25,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.compression import LinearPool
-from weakspots.idealized.config import ModelConfig, TrainConfig
-from weakspots.idealized.loss import batch_logits
 from weakspots.idealized.metrics import (
     delta_max,
     paired_interval,
@@ -35,12 +32,15 @@ from weakspots.idealized.metrics import (
     runs_interval,
     wilson_interval,
 )
-from weakspots.idealized.model import RetrievalModel, initial_pooling_logits
 from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.task import Batch, sample_batch
+from weakspots.idealized.toy.compression import LinearPool
+from weakspots.idealized.toy.config import ModelConfig, TrainConfig
+from weakspots.idealized.toy.loss import batch_logits
+from weakspots.idealized.toy.model import RetrievalModel, initial_pooling_logits
+from weakspots.idealized.toy.task import Batch, sample_batch
 from weakspots.idealized.xla import filter_jit, jit
-from weakspots.sims.train import DTYPE, TrainingDiverged, train_many
+from weakspots.sims.toy.train import DTYPE, TrainingDiverged, train_many
 from weakspots.theory import interventions as theory
 
 SLICE = 256  # needles per evaluation slice (bounds memory on the real-key path)

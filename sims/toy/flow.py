@@ -2,8 +2,8 @@
 
 * The reduced flow of docs/theory.md §5, `da/dt = -grad L(a, beta)` on the pooling logits `a`
   `(H, s)` (and the gain `beta` with `learn_gain`): `solve_many(configs)` and `solve(config)`,
-  configured by `idealized.config.FlowConfig`, returning `FlowResult`s, as
-  `sims.train.train_many` and `train` do for SGD. `L` is `theory.reduced_loss` (d = infinity)
+  configured by `idealized.toy.config.FlowConfig`, returning `FlowResult`s, as
+  `sims.toy.train.train_many` and `train` do for SGD. `L` is `theory.reduced_loss` (d = infinity)
   or, with `dim` set, the finite-d expected loss `theory.finite_d_loss`.
 * The finite-d flow of the trainer's own objective on a fixed sample: `finite_flow`.
 * Both integrate the generic `gradient_flow(loss_fn, y0, args, ts)`.
@@ -32,11 +32,11 @@ import optimistix as optx
 from jaxtyping import Array, Float
 
 from weakspots.idealized import footprint
-from weakspots.idealized.config import FlowConfig
 from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import support_size
-from weakspots.idealized.model import initial_pooling_logits
 from weakspots.idealized.precision import float64_module
+from weakspots.idealized.toy.config import FlowConfig
+from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.idealized.xla import jit
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.footprint import footprint_loss
@@ -477,7 +477,7 @@ def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
     numpy history `(runs, T, ...)` (T the padded save count), failure codes `(runs,)`, and
     per run the indices of its own save times among the T.
     """
-    from weakspots.sims.train import _to_host, replicate, shard_runs
+    from weakspots.sims.toy.train import _to_host, replicate, shard_runs
 
     static = configs[0].static
     (y0, args, ts, *rest), picks = _group_inputs(configs, *per_run)
@@ -531,7 +531,7 @@ def solve_many(
             config (RoPE anchoring, `theory.rope`); default ones.
         throw: raise `FlowFailed` if any run's solve failed (max_steps reached, non-finite
             values); with False, such a run comes back with `failure` set and nan history.
-        mesh: optional 1-D device mesh; the run axis is split over it (`sims.train.shard_runs`).
+        mesh: optional 1-D device mesh; the run axis is split over it (`sims.toy.train.shard_runs`).
         batch_size: runs per compiled solve (at least the largest group).
 
     Returns one `FlowResult` per config, in order.
@@ -603,7 +603,7 @@ def finite_d_sample(config, samples, seed=0, dtype=jnp.float64):
     `samples // s` needles at each phase (exact balance: no phase is favoured by the draw),
     inner products only (`sample_batch(..., keys=False)`, exact in distribution). Returns a Batch.
     """
-    from weakspots.idealized.task import sample_batch
+    from weakspots.idealized.toy.task import sample_batch
 
     model_config = config.model
     per_phase = samples // model_config.stride
@@ -631,8 +631,8 @@ def _trainer_times(config):
 def _finite_solve(
     params0, weight_decay, batch, ts, *, config, rtol, atol, max_steps, batch_per_run
 ):
-    from weakspots.idealized.loss import objective
-    from weakspots.sims.train import DTYPE, Hyper, init
+    from weakspots.idealized.toy.loss import objective
+    from weakspots.sims.toy.train import DTYPE, Hyper, init
 
     hyper = jax.tree_util.tree_map(lambda x: x[0], Hyper.stack([config]))
     static = eqx.partition(init(config, hyper).model, eqx.is_inexact_array)[1]
@@ -682,19 +682,19 @@ def finite_flow(
     configs: one TrainConfig or a list sharing `config.static` up to `dim` (seeds, gains,
     init scales, weight decays and, on the inner-product path, d vary: one compilation;
     each d gets its own sample). The flow is d params/dt = -grad objective
-    (idealized.loss.objective, the trainer's loss, float64) on a fixed phase-stratified
+    (idealized.toy.loss.objective, the trainer's loss, float64) on a fixed phase-stratified
     sample of `samples` needles drawn from `sample_seed` (finite_d_sample), from the
-    trainer's own initial model for each config's seed (sims.train.init), so with
+    trainer's own initial model for each config's seed (sims.toy.train.init), so with
     t = lr * steps small-learning-rate SGD and this flow start at the same point and
     follow the same expected loss (up to the sample). ts: save times (T,); default the
     trainer's evaluation times lr * (0, eval_every, ..., steps) of the first config.
-    Returns sims.train.History (leading run axis for a list): times, steps (round(t/lr)),
+    Returns sims.toy.train.History (leading run axis for a list): times, steps (round(t/lr)),
     pooling_weights (T, H, s), gain (T, H), loss (T,) the objective on the flow's own
     sample, phase_accuracy (T, s) on the trainer's held-out set (nan when accuracy=False).
     A failed solve (e.g. max_steps reached) comes back as nan.
     """
-    from weakspots.idealized.config import TrainConfig
-    from weakspots.sims.train import History, Hyper, evaluate, held_out_gram, init
+    from weakspots.idealized.toy.config import TrainConfig
+    from weakspots.sims.toy.train import History, Hyper, evaluate, held_out_gram, init
 
     single = not isinstance(configs, list | tuple)
     configs = [configs] if single else list(configs)

@@ -38,12 +38,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized.decoder import trace
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.idealized.recall import placed_batch
-from weakspots.sims.lm.evaluate import report_noise_floor
-from weakspots.sims.lm.interventions import Rows, evaluation_key, evaluation_rows
-from weakspots.sims.lm.train import jit, merge
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import trace
+from weakspots.idealized.decoder.recall import placed_batch
+from weakspots.sims.decoder.evaluate import report_noise_floor
+from weakspots.sims.decoder.interventions import Rows, evaluation_key, evaluation_rows
+from weakspots.sims.decoder.train import jit, merge
 
 MECHANISMS = ("straddle", "pooling specialisation", "RoPE anchoring")
 RESTORED = 0.5  # patching "restores" the weak phase when it recovers at least half the gap

@@ -1,6 +1,6 @@
 """Frozen configs of the decoder family and its associative-recall task (plain scalars, validated).
 
-As `idealized.config` does for the toy: `LMConfig` is flat and its field names are the
+As `idealized.toy.config` does for the toy: `LMConfig` is flat and its field names are the
 flags of `weakspots lm train`; `LMConfig.decoder` and `LMConfig.task` are the static
 structures the model and the task read; `LMConfig.static` resets the hyperparameters
 that travel as arrays (`LM_HYPER_FIELDS`), and is the compilation key.
@@ -13,7 +13,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .config import (
+from weakspots.idealized.operators.base import DECODER
+from weakspots.idealized.operators.registry import operator_names
+from weakspots.idealized.toy.config import (
     ConfigError,
     _boolean,
     _fixed_weights,
@@ -23,8 +25,6 @@ from .config import (
     _phase_entropy,
     _positive_finite,
 )
-from .operators.base import DECODER
-from .operators.registry import operator_names
 
 LM_OPERATORS = operator_names(DECODER)
 """Compression operators of a compressed layer as registered at import (`idealized.operators`;
@@ -34,7 +34,7 @@ DISTRIBUTION_OPERATORS = operator_names(DECODER, distribution=True)
 them learned too: not the registry's `fixed_weights`, so not mean_pool)."""
 LAYER_KINDS = ("dense", "sliding", "compressed", "swa", "csa", "hca")
 V4_KINDS = ("swa", "csa", "hca")
-"""DeepSeek-V4's layer kinds (`idealized.v4_attention`): sliding-only, compressed sparse, heavily
+"""DeepSeek-V4's layer kinds (`idealized.decoder.v4_attention`): sliding-only, compressed sparse, heavily
 compressed."""
 LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
 V4_FIELDS = (
@@ -116,9 +116,9 @@ class DecoderConfig:
     (compressed entries at their window's first position); `mlp` is the MLP's hidden
     width in multiples of `d_model` (0: no MLP); `rank` the rank of `low_rank`.
     `stagger` shifts head h's window boundaries by `h * stride // heads` tokens in every
-    compressed layer (as the toy's `ModelConfig.stagger`; `idealized.attention`).
+    compressed layer (as the toy's `ModelConfig.stagger`; `idealized.decoder.attention`).
 
-    DeepSeek-V4's kinds (`V4_KINDS`, `idealized.v4_attention`): `swa` sees the last
+    DeepSeek-V4's kinds (`V4_KINDS`, `idealized.decoder.v4_attention`): `swa` sees the last
     `window` tokens; `csa` the entries of overlapping windows of `2 stride` tokens every
     `stride` (kept by the indexer's top `indexer_topk` when > 0: `index_heads` x
     `index_dim`), `hca` those of disjoint windows of `hca_stride` tokens, both plus the
@@ -327,7 +327,7 @@ class LMConfig:
     then cosine decay to `lr / 10`, gradients clipped to global norm `clip`; `batch`
     sequences per step. Evaluation: every `eval_every` steps the loss and accuracy on
     `eval_batch` held-out sequences; at the end the per-phase protocol, `eval_samples`
-    sequences for every position the queried value can take (`sims.lm.evaluate`).
+    sequences for every position the queried value can take (`sims.decoder.evaluate`).
 
     Mitigations (off by default): `stagger` (see `DecoderConfig`); `overlap` (windows of
     `2 stride` tokens, `deepseek_v4` only); `phase_entropy` adds
@@ -339,7 +339,7 @@ class LMConfig:
     the indexer's top-k passes no gradient, so with `indexer_topk > 0` the loss adds
     `indexer_kl` times the mean over csa layers of the KL from the main attention's
     distribution over the visible compressed entries (stop-gradient) to the indexer's
-    (`idealized.v4_attention.indexer_statistics`); the indexer's input is detached, so
+    (`idealized.decoder.v4_attention.indexer_statistics`); the indexer's input is detached, so
     this term trains the indexer alone.
     """
 

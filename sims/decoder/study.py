@@ -7,10 +7,10 @@ attention margins, the evidence and verdict of `mechanism`, the noise floor of i
 `delta_max`, the support size of its pooling weights).
 
 Sizes: `tiny` trains tiny decoders (for tests of the pipeline); `quick` reads the reports
-recorded in `sims/lm/runs/ablate_<name>.json` (each holds its config and seeds; the command
+recorded in `sims/decoder/runs/ablate_<name>.json` (each holds its config and seeds; the command
 is `weakspots lm ablate` with those fields, `--seeds 2 --json`), since training the designs
 is the costly part; `full` retrains every design and measures it again
-(trained decoders are kept in the `sims.lm.checkpoint` cache).
+(trained decoders are kept in the `sims.decoder.checkpoint` cache).
 
 Statistics: a report's intervals and noise floor take the seeds as clusters where it holds
 each seed's accuracies (`phase_accuracy_per_seed`, written by `interventions.ablate_lm`);
@@ -29,16 +29,16 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import metrics
-from weakspots.idealized.decoder import count_params
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.lm import mechanism
-from weakspots.sims.lm.checkpoint import trained
-from weakspots.sims.lm.evaluate import phase_summary, report_noise_floor
-from weakspots.sims.lm.interventions import ablate_lm, offset_ensemble
-from weakspots.sims.lm.train import model_flops_per_step
-from weakspots.sims.progress import Progress
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import count_params
+from weakspots.sims.decoder import mechanism
+from weakspots.sims.decoder.checkpoint import trained
+from weakspots.sims.decoder.evaluate import phase_summary, report_noise_floor
+from weakspots.sims.decoder.interventions import ablate_lm, offset_ensemble
+from weakspots.sims.decoder.train import model_flops_per_step
+from weakspots.sims.runs.progress import Progress
 
-RECORDED = resources.files("weakspots.sims.lm") / "runs"  # package data: ships in the wheel
+RECORDED = resources.files("weakspots.sims.decoder") / "runs"  # package data: ships in the wheel
 SEEDS = 2
 _RUN = dict(seq_len=128, pairs=4, d_model=64, steps=1000, eval_every=250)
 DESIGNS: dict[str, dict] = {
@@ -94,7 +94,7 @@ def report(
 
 
 def with_verdict(config: LMConfig, out: dict) -> dict:
-    """`out` with the `evidence` of `sims.lm.mechanism`, its `verdict` and `shown_by` added."""
+    """`out` with the `evidence` of `sims.decoder.mechanism`, its `verdict` and `shown_by` added."""
     found = mechanism.evidence(config, out)
     out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
     return out
@@ -154,7 +154,7 @@ def _same_config(recorded: dict, expected: LMConfig) -> bool:
 
 
 def recorded(name: str) -> dict:
-    """The report of design `name` recorded in `sims/lm/runs/ablate_<name>.json`, checked
+    """The report of design `name` recorded in `sims/decoder/runs/ablate_<name>.json`, checked
     against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
@@ -168,7 +168,7 @@ def recorded(name: str) -> dict:
 
 def rerecorded(name: str) -> dict | None:
     """Design `name` measured again with each seed's accuracies kept (seed-cluster intervals),
-    as recorded in `sims/lm/runs/ablate_<name>_rerecorded.json` beside its first report
+    as recorded in `sims/decoder/runs/ablate_<name>_rerecorded.json` beside its first report
     (whose decoders other recordings share), judged as `recorded` does; None if absent."""
     path = RECORDED / f"ablate_{name}_rerecorded.json"
     if not path.exists():
@@ -197,7 +197,7 @@ def mitigations(name: str, size: str, ensembles=ENSEMBLES) -> dict:
 
 
 def recorded_mitigations(name: str) -> dict:
-    """`mitigations(name, "full")` as recorded in `sims/lm/runs/mitigations_<name>.json`."""
+    """`mitigations(name, "full")` as recorded in `sims/decoder/runs/mitigations_<name>.json`."""
     path = RECORDED / f"mitigations_{name}.json"
     out = json.loads(path.read_text())
     if not _same_config(out["config"], config(name, "full")):
@@ -280,7 +280,7 @@ def trained_mitigation(name: str, size: str) -> dict:
 
 
 def recorded_trained_mitigation(name: str) -> dict:
-    """`trained_mitigation(name, "full")` as recorded in `sims/lm/runs/mitigations_<name>.json`,
+    """`trained_mitigation(name, "full")` as recorded in `sims/decoder/runs/mitigations_<name>.json`,
     checked against today's config of it."""
     design, changes = TRAINED_MITIGATIONS[name]
     path = RECORDED / f"mitigations_{name}.json"
@@ -297,7 +297,7 @@ def reports(names, size: str) -> dict[str, dict]:
     return {n: measure(n, size) for n in names}
 
 
-if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.lm.study NAME ...
+if __name__ == "__main__":  # record the mitigations: python -m weakspots.sims.decoder.study NAME ...
     import sys
 
     for design in sys.argv[1:]:

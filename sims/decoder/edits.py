@@ -1,7 +1,7 @@
 """Interventions on a trained decoder as small values you apply to it.
 
 An edit is a frozen dataclass naming what it changes (a layer, a head, ...); `edit.apply(model)`
-returns an edited copy of an `idealized.decoder.Decoder` and leaves `model` as it was (as
+returns an edited copy of an `idealized.decoder.model.Decoder` and leaves `model` as it was (as
 penzai's `toolshed/model_rewiring.py` inserts a small layer rather than branching inside the
 model). The decoder's forward pass knows nothing of edits: each one changes parameter values,
 switches a branch of one attention layer off, or puts a compressor in front of the layer's own.
@@ -19,7 +19,7 @@ switches a branch of one attention layer off, or puts a compressor in front of t
   `NoCompressedBranch` and `NoLocalWindow` (one branch of a compressed layer with both);
 * `PatchEntries(layer, windows)`: the layer's compressor wrapped in `PatchedEntries`, which
   copies the compressed entries of the marked windows from a source world on the same batch
-  axis (activation patching, `sims.lm.interventions.patch_entries`).
+  axis (activation patching, `sims.decoder.interventions.patch_entries`).
 
 Parameters may carry leading run axes (runs stacked on one state): every edit acts on every run.
 """
@@ -33,9 +33,9 @@ from typing import ClassVar
 import jax.numpy as jnp
 from flax import nnx
 
-from weakspots.idealized.attention import AbstractCompressor, Attention
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.attention import AbstractCompressor, Attention
+from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import lookup
 

@@ -1,13 +1,13 @@
 """Sweeps: a declared grid of runs, executed in compiled buckets over a device mesh, into a store.
 
 A sweep spec (TOML) names `kind = "train" | "flow" | "lm"` (`lm`: the decoders of
-`sims.lm`, trained on the default device), a `[fixed]` table and a `[grid]` table of
+`sims.decoder`, trained on the default device), a `[fixed]` table and a `[grid]` table of
 lists whose cartesian product are the runs; keys are the config field names (the
 command-line flag names, `-` or `_`). Runs are grouped into buckets that share one
 compiled program (`TrainConfig.static` or `FlowConfig.static`), each bucket runs in
 equal, memory-sized batches whose run axis is split over a 1-D device mesh
-(`sims.train.run_batch(mesh=...)`, `sims.flow.solve_many(mesh=...)`), and
-every finished run is written to a `sims.store` at once, so a killed sweep resumes where
+(`sims.toy.train.run_batch(mesh=...)`, `sims.toy.flow.solve_many(mesh=...)`), and
+every finished run is written to a `sims.runs.store` at once, so a killed sweep resumes where
 it stopped. `--slice i/n` keeps every n-th run (from the i-th, 0-based) for batch
 schedulers (`slurm_array_slice` reads it from a Slurm job array); under `jax.distributed`
 (`start_distributed`) the mesh spans every process's devices, process 0 writes, and every
@@ -39,15 +39,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from weakspots.idealized.config import ConfigError, FlowConfig, TrainConfig
-from weakspots.idealized.lm_config import DESIGNS, LMConfig, with_design
+from weakspots.idealized.decoder.config import DESIGNS, LMConfig, with_design
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.precision import float64_module
-from weakspots.sims import flow as flow_lib
-from weakspots.sims import store
-from weakspots.sims.lm import sweep as lm_sweep
-from weakspots.sims.progress import Progress
-from weakspots.sims.train import Hyper, check_memory, failure, run_batch
+from weakspots.idealized.toy.config import ConfigError, FlowConfig, TrainConfig
+from weakspots.sims.decoder import sweep as lm_sweep
+from weakspots.sims.runs import store
+from weakspots.sims.runs.progress import Progress
+from weakspots.sims.toy import flow as flow_lib
+from weakspots.sims.toy.train import Hyper, check_memory, failure, run_batch
 from weakspots.theory.reduced import mean_needle_probability
 
 __all__ = [
@@ -123,7 +123,7 @@ class SweepSpec:
         canonical (`16` for a float field is `16.0`), so one logical run has one hash; an
         invalid one raises SpecError naming the spec, the key and the value. With a
         `design` (`kind = "lm"`), its choices fill every field neither table gives
-        (`idealized.lm_config.with_design`, as `weakspots lm train --design`).
+        (`idealized.decoder.config.with_design`, as `weakspots lm train --design`).
         """
         cls = CONFIGS[self.kind]
         names = list(self.grid)
@@ -533,7 +533,7 @@ def _flow_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict
 
 
 def _lm_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
-    del mesh  # decoders train on the default device (sims.lm.train has no mesh yet)
+    del mesh  # decoders train on the default device (sims.decoder.train has no mesh yet)
     return lm_sweep.execute([r.config for r in runs], padded)
 
 
@@ -572,12 +572,12 @@ def run_sweep(
 
     Arguments:
         runs: the sweep's runs (`SweepSpec.runs()`, perhaps `select_slice`d).
-        store_dir: a `sims.store` directory; each run is written as soon as its batch ends.
+        store_dir: a `sims.runs.store` directory; each run is written as soon as its batch ends.
         resume: skip runs already in the store (without it they are run and replaced).
         mesh: a 1-D device mesh (`run_mesh()`); `None` runs on the default device.
         runs_per_device: batch size per device; default: as many as fit `memory_bytes`.
         memory_bytes: memory per device for one batch; default `device_memory_bytes()`.
-        progress: a `sims.progress.Progress` in runs: planned here (runs already stored
+        progress: a `sims.runs.progress.Progress` in runs: planned here (runs already stored
             count as done), updated as each batch finishes.
         timeout: seconds a process waits for the others at a barrier (several processes).
     Before any run starts, the store is checked to be writable (`store.prepare`) and one

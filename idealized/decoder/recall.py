@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int, PRNGKeyArray
 
-from .lm_config import RecallTask
-from .task import random_words
+from weakspots.idealized.decoder.config import RecallTask
+from weakspots.idealized.toy.task import random_words
 
 
 class RecallBatch(eqx.Module):

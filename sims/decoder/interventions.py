@@ -1,11 +1,11 @@
 """Causal interventions on trained decoders, resolved by layer, head and the queried value's phase.
 
 The decoder side of `weakspots ablate`. Every intervention is model surgery on a live
-decoder (`idealized.decoder.Decoder`), measured on the evaluation set of
-`sims.lm.evaluate` (the same sequences for every run and every intervention, so each
+decoder (`idealized.decoder.model.Decoder`), measured on the evaluation set of
+`sims.decoder.evaluate` (the same sequences for every run and every intervention, so each
 drop is paired with the intact model sequence by sequence):
 
-* the edits of `sims.lm.edits` (a head or a layer ablated, the position bias zeroed or
+* the edits of `sims.decoder.edits` (a head or a layer ablated, the position bias zeroed or
   rolled, RoPE or one branch of a compressed layer switched off), each applied to a copy
   of the decoder;
 * activation patching (`patch_entries`): each evaluation sequence runs beside a copy of
@@ -16,7 +16,7 @@ drop is paired with the intact model sequence by sequence):
 
 Parameter edits share one compiled program (a leading "world" axis of edited states); an
 edit that changes the program compiles once. Statistics count the facts beyond the first
-query's uncompressed reach (`sims.lm.evaluate.query_reach`), as the phase metrics do; drops are
+query's uncompressed reach (`sims.decoder.evaluate.query_reach`), as the phase metrics do; drops are
 `clean - intervened` accuracy with 95% normal intervals on the paired per-sequence
 differences, outcomes pooled over seeds (per-seed drops beside them). Accuracies (intact and
 intervened) carry intervals with the seeds as clusters (`evaluate.clustered`). Every run is
@@ -36,14 +36,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized.decoder import Decoder
-from weakspots.idealized.lm_config import LMConfig
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.recall import RecallBatch, placed_batch
 from weakspots.idealized.metrics import paired_interval
-from weakspots.idealized.recall import RecallBatch, placed_batch
 from weakspots.idealized.stagger import stagger_offsets
-from weakspots.sims.lm import edits
-from weakspots.sims.lm.edits import Edit, apply_edits
-from weakspots.sims.lm.evaluate import (
+from weakspots.sims.decoder import edits
+from weakspots.sims.decoder.edits import Edit, apply_edits
+from weakspots.sims.decoder.evaluate import (
     EVAL_CHUNK,
     clustered,
     config_evaluation_set,
@@ -51,8 +51,8 @@ from weakspots.sims.lm.evaluate import (
     query_reach,
     value_starts,
 )
-from weakspots.sims.lm.train import first_query_hits, graphdef, jit, merge
-from weakspots.sims.progress import Progress
+from weakspots.sims.decoder.train import first_query_hits, graphdef, jit, merge
+from weakspots.sims.runs.progress import Progress
 
 
 def edited_parameters(config: LMConfig, params: nnx.State, edit: Edit | None) -> nnx.State:
@@ -96,12 +96,12 @@ def component_interventions(config: LMConfig) -> list[Edit]:
 
 def first_query_correct(model: Decoder, batch: RecallBatch) -> jax.Array:
     """Per sequence `(B,)`: every value token of the first query predicted (argmax) by `model`
-    reading the whole sequence (`sims.lm.train.first_query_hits`)."""
+    reading the whole sequence (`sims.decoder.train.first_query_hits`)."""
     return first_query_hits(model(batch.tokens), batch.targets, batch.first_query)
 
 
 def evaluation_key(config: LMConfig, index):
-    """The PRNG key of chunk `index` of the evaluation set (drawn as `sims.lm.evaluate` draws it)."""
+    """The PRNG key of chunk `index` of the evaluation set (drawn as `sims.decoder.evaluate` draws it)."""
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.eval_seed), 1), index)
 
 

@@ -23,22 +23,22 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.config import HYPER_FIELDS, ConfigError, TrainConfig
-from weakspots.idealized.loss import (
+from weakspots.idealized.mechanisms import model_module as _kind_module
+from weakspots.idealized.metrics import phase_report, specialization_index, support_size
+from weakspots.idealized.operators.registry import lookup
+from weakspots.idealized.precision import float64_module
+from weakspots.idealized.toy.config import HYPER_FIELDS, ConfigError, TrainConfig
+from weakspots.idealized.toy.loss import (
     batch_logits,
     correct,
     inference_logits,
     objective,
     retrieval_loss,
 )
-from weakspots.idealized.mechanisms import model_module as _kind_module
-from weakspots.idealized.metrics import phase_report, specialization_index, support_size
-from weakspots.idealized.model import RetrievalModel, init_model, run_keys
-from weakspots.idealized.operators.registry import lookup
-from weakspots.idealized.precision import float64_module
-from weakspots.idealized.task import Batch, sample_batch, split_key
+from weakspots.idealized.toy.model import RetrievalModel, init_model, run_keys
+from weakspots.idealized.toy.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
-from weakspots.sims.progress import Progress
+from weakspots.sims.runs.progress import Progress
 
 DTYPE = jnp.float32
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
@@ -77,7 +77,7 @@ class History(eqx.Module):
     """What a run records at each evaluation (leading axis T; a run axis in front when batched).
 
     `times` is the gradient-flow time `lr * step` (docs/theory.md §5), so that SGD and
-    the ODEs of `sims.flow` lay over one another.
+    the ODEs of `sims.toy.flow` lay over one another.
     """
 
     times: Float[Array, " T"]
@@ -428,7 +428,7 @@ def run_batch(
     program is partitioned across its devices; each run's numbers do not depend on it.
     `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
     records a diverged run's non-finite loss rather than losing its batch). `progress`
-    (`sims.progress.Progress`) gets the steps of each evaluation block, the first marked
+    (`sims.runs.progress.Progress`) gets the steps of each evaluation block, the first marked
     as the compile's.
     """
     config = config.static
@@ -587,7 +587,7 @@ def planned_steps(configs: Sequence[TrainConfig]) -> tuple[int, int]:
 
 
 def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -> Progress:
-    """A `sims.progress.Progress` in training steps for `train_many(configs)`, on stderr.
+    """A `sims.runs.progress.Progress` in training steps for `train_many(configs)`, on stderr.
 
     With `configs` it is planned for them (several `train_many` calls can share it);
     without, the first `train_many` plans it. `kwargs` go to `Progress` (`enabled`, ...).

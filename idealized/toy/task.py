@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from .config import ModelConfig
+from weakspots.idealized.toy.config import ModelConfig
 
 MAX_ERLANG = 64  # chi_square sums at most this many exponentials per draw
 
@@ -182,7 +182,7 @@ class Batch(eqx.Module):
     query: Float[Array, "B d"] | None = None
     rope_norms: Float[Array, "B R1"] | None = None
     """With `rope_anchor` on the inner-product path: the query's squared norm split into its
-    non-rotary channels and each rotary pair (`idealized.model.anchored_self_product`)."""
+    non-rotary channels and each rotary pair (`idealized.toy.model.anchored_self_product`)."""
 
 
 def sample_batch(

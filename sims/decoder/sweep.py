@@ -1,4 +1,4 @@
-"""Decoder runs in a sweep (`kind = "lm"` in `sims.sweep`): one batch trained, evaluated, summarised."""
+"""Decoder runs in a sweep (`kind = "lm"` in `sims.runs.sweep`): one batch trained, evaluated, summarised."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from weakspots.idealized.lm_config import LMConfig
-from weakspots.sims.lm.evaluate import EVAL_CHUNK, evaluate_many, phase_summary
-from weakspots.sims.lm.train import LMHyper, held_out_recall, run_batch
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.sims.decoder.evaluate import EVAL_CHUNK, evaluate_many, phase_summary
+from weakspots.sims.decoder.train import LMHyper, held_out_recall, run_batch
 
 METRICS = (
     "mean_accuracy", "delta_max", "delta_max_noise_floor", "interval_gap", "psc",

@@ -19,8 +19,8 @@ import math
 import numbers
 from dataclasses import dataclass
 
-from .operators.base import TOY
-from .operators.registry import lookup, operator_names
+from weakspots.idealized.operators.base import TOY
+from weakspots.idealized.operators.registry import lookup, operator_names
 
 # The toy's operators as registered when this module was imported (`idealized.operators.
 # registry` is the list; validation reads it live, so later registrations count).
@@ -118,7 +118,7 @@ def _canonical_numbers(config, floats: tuple[str, ...], ints: tuple[str, ...] = 
     """Give float fields float values (`16` -> `16.0`, `-0.0` -> `0.0`) and integer fields
     plain ints (`numpy.int64(3)` -> `3`), before validation.
 
-    A config is hashed by its values' JSON (`sims.store.config_hash`), so one logical run
+    A config is hashed by its values' JSON (`sims.runs.store.config_hash`), so one logical run
     must have one spelling: an integer for a float field, or a negative zero, would store
     it twice.
     """
@@ -231,7 +231,7 @@ class ModelConfig:
     @property
     def uses_gram(self) -> bool:
         """True when the logits depend on the keys only through `q . x[c, j]` (the fast path)."""
-        # rope_anchor keeps it: only the needle's self-product rotates (idealized.model.logits_at).
+        # rope_anchor keeps it: only the needle's self-product rotates (idealized.toy.model.logits_at).
         return lookup(self.operator).phase_weighted and not self.learn_projections
 
 
@@ -369,14 +369,14 @@ class FlowConfig:
     """One reduced gradient flow (docs/theory.md §5), flat, named as the `weakspots flow` flags.
 
     The flow is `da/dt = -grad L(a, beta)` on the pooling logits `a` `(H, s)` (and the gain
-    `beta` `(H,)` with `learn_gain`), integrated by `sims.flow.solve_many`. `L` is the
+    `beta` `(H,)` with `learn_gain`), integrated by `sims.toy.flow.solve_many`. `L` is the
     d = infinity loss `L_inf` (`theory.reduced_loss`) unless `dim` is set, then the
     finite-d expected loss `L_d` (`theory.finite_d_loss`: one head, mse).
 
     Defaults are the canonical config and training's (`TrainConfig`): stride 8, 64 chunks,
     1 head, fixed gain 16, mse, the trainer's `init_scale`, and `t1 = lr * steps`, the
     flow time a default training run covers. The flow starts from the trainer's own initial
-    pooling logits for `seed` (`idealized.model.initial_pooling_logits`), so a flow and an
+    pooling logits for `seed` (`idealized.toy.model.initial_pooling_logits`), so a flow and an
     SGD run with the same seed and `init_scale` start at the same point.
 
     `gain_parametrisation`: the learned gain's coordinate, "log" (d log beta/dt = -beta

@@ -9,7 +9,7 @@ phase's upper bound: positive when the weak spot is beyond the intervals, seeds 
 clusters), the
 per-phase accuracy and each seed's `delta_max`.
 
-The named designs of `DESIGNS` (`v4`: DeepSeek-V4's attention, `idealized.lm_config.with_design`
+The named designs of `DESIGNS` (`v4`: DeepSeek-V4's attention, `idealized.decoder.config.with_design`
 over the size's shared fields) join the family under `designs`, one row per (design,
 stride, context) alike: at `full` trained with the rest; at `tiny` and `quick` read from the
 recorded `weakspots lm train --design ...` report of `RECORDED` (its config checked against
@@ -22,10 +22,10 @@ import json
 
 import numpy as np
 
-from weakspots.idealized.lm_config import LMConfig, with_design
-from weakspots.sims.lm.evaluate import phase_summary
-from weakspots.sims.lm.train import train_many
-from weakspots.sims.progress import Progress
+from weakspots.idealized.decoder.config import LMConfig, with_design
+from weakspots.sims.decoder.evaluate import phase_summary
+from weakspots.sims.decoder.train import train_many
+from weakspots.sims.runs.progress import Progress
 
 SIZES: dict[str, dict] = {
     "tiny": dict(
@@ -47,9 +47,9 @@ SIZES: dict[str, dict] = {
 """Per size: shared `LMConfig` fields, the grid, and the seeds of every cell."""
 
 DESIGNS = ("v4",)
-"""Named designs (`idealized.lm_config.DESIGNS`) in the family beside the operators."""
+"""Named designs (`idealized.decoder.config.DESIGNS`) in the family beside the operators."""
 RECORDED = {"v4": ("family_v4_s4_T64.json", 4, 64)}
-"""Per design, read at `tiny` and `quick`: its report in `sims/lm/runs/` and the (stride,
+"""Per design, read at `tiny` and `quick`: its report in `sims/decoder/runs/` and the (stride,
 context) of the cell it records; `docs/lm_runs/README.md` gives the command."""
 RECORDED_SIZE = "quick"
 """The size whose shared fields the recorded design runs use."""
@@ -112,13 +112,13 @@ def recorded_design(design: str) -> dict:
     """Design `design`'s cell from its recorded `lm train --seeds K --json` report (`RECORDED`),
     as `run` gives a trained one, with `source` naming the file; ValueError if the recording
     is of another config than `design_config(RECORDED_SIZE, ...)`."""
-    from weakspots.sims.lm.study import RECORDED as FOLDER
+    from weakspots.sims.decoder.study import RECORDED as FOLDER
 
     name, stride, seq_len = RECORDED[design]
     report = json.loads((FOLDER / name).read_text())
     expected = design_config(RECORDED_SIZE, design, stride, seq_len)
     if LMConfig(**report["config"]).asdict() != expected.asdict():
-        raise ValueError(f"sims/lm/runs/{name} records another config than design {design!r}")
+        raise ValueError(f"sims/decoder/runs/{name} records another config than design {design!r}")
     pooled = report["pooled"]
     keys = ("delta_max", "delta_max_noise_floor", "interval_gap", "mean_accuracy",
             "phase_accuracy", "phase_accuracy_ci", "straddle_accuracy")  # fmt: skip
@@ -129,7 +129,7 @@ def recorded_design(design: str) -> dict:
         "seeds": len(report["seeds"]),
         **{k: pooled[k] for k in keys},
         "seed_delta_max": list(report["delta_max"]),
-        "source": f"recorded: sims/lm/runs/{name} ({report['command']})",
+        "source": f"recorded: sims/decoder/runs/{name} ({report['command']})",
     }
 
 

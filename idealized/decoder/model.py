@@ -3,8 +3,8 @@
 `Decoder(config, rngs=...)` builds one model from a `DecoderConfig`; `Decoder(tokens)` maps
 `(B, T)` token ids to `(B, T, vocab)` next-token logits. Each block is
 `x + attention(norm(x))`, then `x + mlp(norm(x))` when the config has an MLP. Layers are
-`decoder.blocks[i].attention` (an `idealized.attention.Attention`, or for DeepSeek-V4's
-kinds `swa`, `csa`, `hca` an `idealized.v4_attention.V4Attention`): model surgery replaces
+`decoder.blocks[i].attention` (an `idealized.decoder.attention.Attention`, or for DeepSeek-V4's
+kinds `swa`, `csa`, `hca` an `idealized.decoder.v4_attention.V4Attention`): model surgery replaces
 a compressor or zeroes a parameter there, and `trace` reads what every layer sowed.
 """
 
@@ -15,10 +15,10 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from .attention import Attention, make_compressor
-from .lm_config import V4_KINDS, DecoderConfig
-from .rope import ROPE_THETA
-from .v4_attention import V4Attention
+from weakspots.idealized.decoder.attention import Attention, make_compressor
+from weakspots.idealized.decoder.config import V4_KINDS, DecoderConfig
+from weakspots.idealized.decoder.v4_attention import V4Attention
+from weakspots.idealized.rope import ROPE_THETA
 
 
 class MLP(nnx.Module):

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float
 
-from .attention import (
+from weakspots.idealized.decoder.attention import (
     MASKED,
     band_to_dense,
     compressed_visibility,
@@ -52,9 +52,9 @@ from .attention import (
     masked_softmax,
     rotate,
 )
-from .deepseek_v4 import ape_pooling_weights, deepseek_v4, rms_norm
-from .operators.base import complete
-from .rope import ROPE_THETA
+from weakspots.idealized.deepseek_v4 import ape_pooling_weights, deepseek_v4, rms_norm
+from weakspots.idealized.operators.base import complete
+from weakspots.idealized.rope import ROPE_THETA
 
 V4_LAYER_KINDS = ("sliding", "csa", "hca")
 EPS = 1e-6  # DeepSeek-V4's rms_norm_eps

@@ -1,0 +1,1 @@
+"""decoder: see DEVELOPERS.md."""

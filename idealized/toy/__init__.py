@@ -1,0 +1,1 @@
+"""toy: see DEVELOPERS.md."""

@@ -59,7 +59,7 @@ def train(configs: Sequence[TrainConfig]) -> list[TrainResult]:
     """train_many with an in-process memo: experiments that share a run train it once.
 
     An experiment declares the runs it trains in `Experiment.configs`, so a caller running
-    several can train all of them in one call first (`sims.experiments.train_planned`):
+    several can train all of them in one call first (`sims.experiments.scheduler.train_planned`):
     runs of one `TrainConfig.static` then share one compiled program. A run's numbers do
     not depend on the runs it is batched with (tests/test_train.py, bit for bit).
     """

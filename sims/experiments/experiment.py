@@ -156,7 +156,7 @@ class Experiment:
     size). run(size) -> results; predict(size, results) -> predictions; rows(results,
     predictions) -> list[Row], where `size` is the record `sizes[name]` (`size_of`).
     configs(size): the SGD runs `run` trains (`canonical.train`), declared so that a
-    caller can train every experiment's runs at once (`sims.experiments.train_planned`).
+    caller can train every experiment's runs at once (`sims.experiments.scheduler.train_planned`).
     version: bump it when the output changes meaning (stored results are then
     recomputed). drawn: whether `figures/` draws it (sims never imports matplotlib, so
     the drawing is found by name there). tables(results, predictions) -> list[Table]:

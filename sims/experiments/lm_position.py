@@ -117,7 +117,6 @@ def clustered_pooled(report: dict) -> dict:
     }
 
 
-
 def predict(size: Size, results: dict) -> dict:
     """No phase effect in the dense control; the compressed design's period is its stride."""
     del size

@@ -27,7 +27,8 @@ from jax.scipy.special import log_ndtr
 from weakspots.idealized.metrics import delta_max as delta_max
 from weakspots.idealized.metrics import phase_sensitivity, phase_sensitivity_std
 from weakspots.idealized.precision import float64_module
-from weakspots.theory.quadrature import chi_nodes, normal_nodes
+
+from .quadrature import chi_nodes, normal_nodes
 
 psc = phase_sensitivity  # the theory's name for the measured phase sensitivity
 psc_std = phase_sensitivity_std

@@ -47,9 +47,10 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.theory.finite_d import critical_chunks_finite_d, growth_rate_finite_d
-from weakspots.theory.gradient_noise import loss_derivatives, problem_gradients, problem_sample
-from weakspots.theory.support import interpolated_finite_d_loss, per_phase_loss_coefficients
+
+from .finite_d import critical_chunks_finite_d, growth_rate_finite_d
+from .gradient_noise import loss_derivatives, problem_gradients, problem_sample
+from .support import interpolated_finite_d_loss, per_phase_loss_coefficients
 
 DRAWS = 20000  # Gaussian draws for the delta_max mixture
 

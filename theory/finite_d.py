@@ -37,8 +37,9 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.theory.quadrature import chi_nodes_traced, normal_nodes
-from weakspots.theory.thresholds import growth_rate
+
+from .quadrature import chi_nodes_traced, normal_nodes
+from .thresholds import growth_rate
 
 # Quadrature rules (module docstring). Fixed, so the loss is one smooth function of the state;
 # `test_theory_finite_d` checks them against rules twice as fine.

@@ -40,10 +40,10 @@ import math
 
 import numpy as np
 
-from weakspots.theory.needle_mass import mse_drive
-from weakspots.theory.quadrature import log_chi_mean
-from weakspots.theory.support import internal_rate, reentry_rate, stable_support_sizes
-from weakspots.theory.thresholds import growth_rate
+from .needle_mass import mse_drive
+from .quadrature import log_chi_mean
+from .support import internal_rate, reentry_rate, stable_support_sizes
+from .thresholds import growth_rate
 
 DROPPED_WEIGHT = 0.03  # dropped phases' weight right after the collapse (the end state forgets it)
 DROPPED_SPREAD = 0.1  # log-weight step between successive dropped phases (breaks their tie)

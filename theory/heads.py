@@ -12,7 +12,7 @@ from collections import Counter
 
 import numpy as np
 
-from weakspots.theory.support import covered, sampled_final_weights
+from .support import covered, sampled_final_weights
 
 
 def coverage_summary(pooling_weights, stride):

@@ -51,9 +51,10 @@ import numpy as np
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.stagger import stagger_offsets
 from weakspots.idealized.xla import jit
-from weakspots.theory.accuracy import needle_accuracy
-from weakspots.theory.reduced import retrieval_probability
-from weakspots.theory.rope import rope_attenuation_at
+
+from .accuracy import needle_accuracy
+from .reduced import retrieval_probability
+from .rope import rope_attenuation_at
 
 DRAWS = 16384  # contexts per phase: binomial error sqrt(acc (1 - acc) / DRAWS) <= 0.004
 BLOCK = 2048  # contexts drawn at once

@@ -23,7 +23,8 @@
 import numpy as np
 
 from weakspots.idealized.stagger import stagger_offsets
-from weakspots.theory.thresholds import growth_rate
+
+from .thresholds import growth_rate
 
 
 def entropy_critical_weight(stride, chunks, gain, heads=1, loss="mse"):

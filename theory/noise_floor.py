@@ -46,10 +46,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from weakspots.idealized.precision import float64_module
-from weakspots.theory.accuracy import needle_accuracy
-from weakspots.theory.gradient_noise import loss_derivatives, problem_sample
-from weakspots.theory.needle_mass import mse_drive, sigma_n
-from weakspots.theory.thresholds import growth_rate
+
+from .accuracy import needle_accuracy
+from .gradient_noise import loss_derivatives, problem_sample
+from .needle_mass import mse_drive, sigma_n
+from .thresholds import growth_rate
 
 MOMENT_SAMPLES = 2**16  # Monte Carlo problems for kappa and c at finite d
 DRAWS = 20000  # Gaussian draws for the delta_max distribution

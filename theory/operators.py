@@ -56,8 +56,9 @@ from scipy.optimize import brentq
 from scipy.special import betainc
 
 from weakspots.idealized.precision import float64_module
-from weakspots.theory.quadrature import chi_nodes, normal_nodes
-from weakspots.theory.reduced import retrieval_probability
+
+from .quadrature import chi_nodes, normal_nodes
+from .reduced import retrieval_probability
 
 #: m0 where N_c(m0) is smallest: d/dm log((2m+1) e^m / (m-1)) = 0, i.e. 2m^2 - m - 4 = 0.
 WORST_LOGIT = (1.0 + math.sqrt(33.0)) / 4.0

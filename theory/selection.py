@@ -51,9 +51,10 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.theory.reduced import centred_logits
-from weakspots.theory.support import reentry_rate
-from weakspots.theory.thresholds import specialization_time
+
+from .reduced import centred_logits
+from .support import reentry_rate
+from .thresholds import specialization_time
 
 RACE_SETTLE = 4000.0  # one head: default horizon past t* (the race is decided well before)
 HEADS_SETTLE = 20000.0  # several heads: time past t* of the finite horizon (slow trading)
@@ -266,7 +267,7 @@ def support_size_law(
     horizon), closure (bool: the t = inf closure was applied). Where uniform pooling is
     stable, law is {s: 1}.
     """
-    from weakspots.theory.thresholds import growth_rate
+    from .thresholds import growth_rate
 
     s, h = int(stride), int(heads)
     if not float(growth_rate(s, chunks, gain, h, loss)) > 0.0:
@@ -319,8 +320,8 @@ def learned_gain_law(
     Returns a dict: law {k: P}, gain {k: final gain}, collapse {k: P} (the race's sizes),
     cut, blocks.
     """
-    from weakspots.theory.gain import gain_race, support_ladder
-    from weakspots.theory.thresholds import growth_rate
+    from .gain import gain_race, support_ladder
+    from .thresholds import growth_rate
 
     s = int(stride)
     t_race, beta = gain_race(

@@ -31,9 +31,9 @@ import math
 
 import numpy as np
 
-from weakspots.theory.finite_d import growth_rate_finite_d
-from weakspots.theory.noise_floor import uniform_moments
-from weakspots.theory.thresholds import growth_rate, nonlinear_offset
+from .finite_d import growth_rate_finite_d
+from .noise_floor import uniform_moments
+from .thresholds import growth_rate, nonlinear_offset
 
 
 def effective_init_scale(init_scale, growth, noise, lr, batch):

@@ -45,11 +45,12 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.theory.finite_d import CHI_NODES, expected_loss_given_norm
-from weakspots.theory.needle_mass import mse_curvature, mse_drive, sigma_n
-from weakspots.theory.quadrature import chi_nodes_traced
-from weakspots.theory.reduced import reduced_loss
-from weakspots.theory.thresholds import growth_rate
+
+from .finite_d import CHI_NODES, expected_loss_given_norm
+from .needle_mass import mse_curvature, mse_drive, sigma_n
+from .quadrature import chi_nodes_traced
+from .reduced import reduced_loss
+from .thresholds import growth_rate
 
 
 def internal_rate(stride, chunks, gain, support_size):
@@ -225,7 +226,7 @@ def support_profile(stride, chunks, gain, dim, samples=256, seed=0):
     Uses the most probable k of predicted_support_size and theory.accuracy at dim d
     (inf allowed). Returns (accuracy (s,), delta_max, psc); phases sorted covered first.
     """
-    from weakspots.theory.accuracy import delta_max, phase_accuracy_profile, psc
+    from .accuracy import delta_max, phase_accuracy_profile, psc
 
     sizes, probs, _ = predicted_support_size(stride, chunks, gain, samples, seed)
     k = int(sizes[np.argmax(probs)])

@@ -27,9 +27,10 @@ import numpy as np
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.theory.needle_mass import sigma_n
-from weakspots.theory.quadrature import log_chi_mean
-from weakspots.theory.reduced import LOSSES, centred_logits, reduced_loss
+
+from .needle_mass import sigma_n
+from .quadrature import log_chi_mean
+from .reduced import LOSSES, centred_logits, reduced_loss
 
 
 def _sigma_derivatives(margin, chunks):

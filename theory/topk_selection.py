@@ -26,8 +26,8 @@ import math
 import numpy as np
 from scipy.special import betainc, ndtr, ndtri
 
-from weakspots.theory.accuracy import needle_accuracy
-from weakspots.theory.quadrature import chi_nodes
+from .accuracy import needle_accuracy
+from .quadrature import chi_nodes
 
 _GRID = 4001  # points of the composite Simpson rule over the needle score
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import types
 
-from weakspots.probe.design import ProbeConfig as ProbeConfig
-from weakspots.probe.run import probe as probe
+from .design import ProbeConfig as ProbeConfig
+from .run import probe as probe
 
 __all__ = ["ProbeConfig", "probe"]
 

@@ -21,14 +21,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from weakspots.probe.tokenizers import (
-    ByteTokenizer,
-    HFTokenizer,
-    ServerTokenizer,
-    Tokenizer,
-    load_tokenizer,
-)
 from weakspots.sims.cli.common import UsageError
+
+from .tokenizers import ByteTokenizer, HFTokenizer, ServerTokenizer, Tokenizer, load_tokenizer
 
 API_KEY_ENV = ("WEAKSPOTS_API_KEY", "OPENAI_API_KEY")
 CHECK_TEXT = "The pass key is 12345. What is the pass key?"

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots.idealized.toy.config import ConfigError
-from weakspots.probe.tokenizers import Tokenizer
+
+from .tokenizers import Tokenizer
 
 TASKS = ("passkey", "kv", "recall")
 BACKENDS = ("openai", "hf", "decoder")

@@ -23,7 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from weakspots.idealized.toy.config import ConfigError
-from weakspots.probe.backends import (
+from weakspots.sims.cli.common import UsageError
+from weakspots.sims.runs import store as result_store
+from weakspots.sims.runs.progress import Progress
+
+from .backends import (
     Backend,
     Completion,
     RequestError,
@@ -31,11 +35,8 @@ from weakspots.probe.backends import (
     load_decoder,
     make_backend,
 )
-from weakspots.probe.design import ProbeConfig, Trial, recall_trials, text_trials
-from weakspots.probe.report import phase_report
-from weakspots.sims.cli.common import UsageError
-from weakspots.sims.runs import store as result_store
-from weakspots.sims.runs.progress import Progress
+from .design import ProbeConfig, Trial, recall_trials, text_trials
+from .report import phase_report
 
 BACKOFF_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0

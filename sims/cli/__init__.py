@@ -19,7 +19,8 @@ import sys
 from weakspots import __version__
 from weakspots.idealized.precision import float64
 from weakspots.idealized.toy.config import ConfigError
-from weakspots.sims.cli.common import HelpFormatter, UsageError, enable_compilation_cache
+
+from .common import HelpFormatter, UsageError, enable_compilation_cache
 
 VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm", "probe")
 

@@ -7,9 +7,10 @@ import dataclasses
 
 import numpy as np
 
-from weakspots.sims.cli import common
 from weakspots.sims.toy.interventions import ablate
 from weakspots.sims.toy.train import train
+
+from . import common
 
 
 def register(subparsers) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from weakspots.sims.cli import common
+from . import common
 
 
 def register(subparsers) -> None:

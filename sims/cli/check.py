@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import time
 
-from weakspots.sims.cli import common
 from weakspots.sims.experiments import (
     EXPERIMENTS,
     evaluate,
@@ -14,6 +13,8 @@ from weakspots.sims.experiments import (
     train_planned,
 )
 from weakspots.sims.runs.progress import Progress
+
+from . import common
 
 
 def register(subparsers) -> None:

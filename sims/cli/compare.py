@@ -7,7 +7,6 @@ import dataclasses
 
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
-from weakspots.sims.cli import common
 from weakspots.sims.toy.interventions import (
     MITIGATIONS,
     compare_mitigations,
@@ -15,6 +14,8 @@ from weakspots.sims.toy.interventions import (
     mitigation_configs,
     operator_configs,
 )
+
+from . import common
 
 
 def register(subparsers) -> None:

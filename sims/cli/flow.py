@@ -9,8 +9,9 @@ import sys
 import numpy as np
 
 from weakspots.idealized.toy.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
-from weakspots.sims.cli import common, mechanisms
 from weakspots.sims.toy.flow import FlowFailed, FlowResult, solve
+
+from . import common, mechanisms
 
 _DEFAULT = FlowConfig()
 

@@ -15,7 +15,8 @@ from weakspots.idealized.decoder.config import (
 )
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
-from weakspots.sims.cli import common
+
+from . import common
 
 _DEFAULT = LMConfig()
 

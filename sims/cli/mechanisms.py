@@ -10,7 +10,8 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import footprint, selection
-from weakspots.sims.cli import common
+
+from . import common
 
 MODELS = ("toy", "footprint", "selection")
 MAX_LOGIT = 700.0  # exp() of the entry logits overflows float64 past ~709

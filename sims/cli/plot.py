@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from weakspots.sims.cli import common
+from . import common
 
 
 def register(subparsers) -> None:

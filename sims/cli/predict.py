@@ -10,7 +10,8 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.toy.config import TrainConfig
-from weakspots.sims.cli import common, mechanisms
+
+from . import common, mechanisms
 
 COVERAGE_SETTLE = 20000.0  # theory.predicted_coverage's default settling time
 NOISE_SAMPLES = 2**13  # Monte Carlo problems for SGD's gradient noise at finite d

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from weakspots.probe.design import BACKENDS, TASKS, ProbeConfig
-from weakspots.sims.cli import common
+
+from . import common
 
 _DEFAULT = ProbeConfig(url="-", model="-")
 

@@ -7,7 +7,7 @@ import math
 import os
 import sys
 
-from weakspots.sims.cli import common
+from . import common
 
 
 def register(subparsers) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from weakspots.sims.cli import common, mechanisms
 from weakspots.sims.toy.train import train_many
+
+from . import common, mechanisms
 
 
 def register(subparsers) -> None:

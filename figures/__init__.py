@@ -13,6 +13,8 @@ from weakspots.figures import (
     growth_rate,
     head_ablation,
     learned_gain,
+    lm_amplifier,
+    lm_amplifier_profile,
     lm_family,
     lm_mechanism,
     lm_mitigations,
@@ -49,5 +51,7 @@ DRAWINGS = {
         lm_mechanism,
         lm_toy,
         lm_mitigations,
+        lm_amplifier,
+        lm_amplifier_profile,
     )
 }

@@ -119,6 +119,9 @@ def test_facts_the_query_reaches_uncompressed_are_counted_apart():
     assert sum(out["phase_samples"]) + near["samples"] == (ctx - 1) * CONFIG.eval_samples
     no_sliding = CONFIG.replace(layers=1)  # a compressed layer alone, no local window
     assert evaluate.query_reach(no_sliding) == 0
+    # a path of uncompressed branches: the sliding layer, then each local window
+    v4 = CONFIG.replace(seq_len=128, layers=3, layout="swa,csa,hca", window=8, local_window=16)
+    assert evaluate.query_reach(v4) == 8 + 16 + 16
 
 
 def test_pooling_runs_multiplies_the_samples():

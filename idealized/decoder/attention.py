@@ -19,7 +19,9 @@ its key is rotated to its window's first position `o_h + w s`.
 Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s entries.
 
 Everything a study may want to change is an attribute: `compressor` (replace it),
-`local_window`, `rope_compressed`, `use_compressed` (switch a branch off). With
+`local_window`, `rope_compressed`, `use_compressed` (switch a branch off), `hidden_entries`
+(`(B, C)`, True: the entry is hidden from every query) and `cut_spans` (`(B, 2)` token spans
+`[lo, hi]`: no query after `hi` reads a token of its span through the local branch). With
 `record=True` inside `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.model.trace`)
 the layer sows its compressed entries and attention weights.
 """
@@ -31,7 +33,7 @@ import abc
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from weakspots.idealized.deepseek_v4 import interleaved_rope
 from weakspots.idealized.operators.base import DECODER, Entries, Heads
@@ -189,6 +191,29 @@ def local_band_visibility(length: int, window: int) -> Float[Array, "T 2W"]:
     return (u >= 0) & (u <= t) & (t - u < window)
 
 
+def cut_band(length: int, window: int, spans: Int[Array, "B 2"]) -> Bool[Array, "B T 2W"]:
+    """The edges a span cut removes, in the banded layout of `local_band_visibility`: query `t`
+    after its row's span `[lo, hi]` reading a key `u` inside it (`t > hi`, `lo <= u <= hi`)."""
+    size, _ = _blocks(length, window)
+    t = jnp.arange(length, dtype=jnp.int32)[:, None]
+    u = (t // size - 1) * size + jnp.arange(2 * size, dtype=jnp.int32)[None, :]
+    lo, hi = spans[:, 0, None, None], spans[:, 1, None, None]
+    return (t[None] > hi) & (u[None] >= lo) & (u[None] <= hi)
+
+
+def edited_masks(masks, hidden, cut, length: int, window: int):
+    """Visibility masks with the edits of `hidden_entries` and `cut_spans` made (see the
+    module docstring); `masks` `[compressed or None, local or None]`, each `(..., T, K)`, come
+    back 4-d `(B or 1, H or 1, T, K)`."""
+    four = lambda m: m if m.ndim == 4 else m[None] if m.ndim == 3 else m[None, None]  # noqa: E731
+    compressed, local = (None if m is None else four(m) for m in masks)
+    if compressed is not None and hidden is not None:
+        compressed = compressed & ~hidden[:, None, None, :]
+    if local is not None and cut is not None:
+        local = local & ~cut_band(length, window, cut)[:, None]
+    return compressed, local
+
+
 def local_keys(y: Float[Array, "B H T hd"], window: int) -> Float[Array, "B H n 2W hd"]:
     """The keys (or values) each block of W queries may see: its own block and the one before.
 
@@ -276,6 +301,7 @@ class Attention(nnx.Module):
         self.local_window = local_window
         self.use_compressed = compressor is not None
         self.rope_compressed = True
+        self.hidden_entries = self.cut_spans = None
         stride = compressor.stride if compressor is not None else 1
         self.offsets = stagger_offsets(stride, heads) if stagger else None
 
@@ -313,10 +339,23 @@ class Attention(nnx.Module):
             local_scores, local_mask, local_values = self._local_branch(q, k, v, positions)
             scores.append(local_scores * scale)
             masks.append(local_mask)
+        if self.hidden_entries is not None or self.cut_spans is not None:
+            pair = (
+                masks[0] if self.use_compressed else None,
+                masks[-1] if self.local_window else None,
+            )
+            edited = edited_masks(
+                pair, self.hidden_entries, self.cut_spans, length, self.local_window
+            )
+            masks = [m for m in edited if m is not None]
         if any(m.ndim == 3 for m in masks):  # per-head masks (staggered windows)
             masks = [jnp.broadcast_to(m, (self.heads, *m.shape[-2:])) for m in masks]
+        if any(m.ndim == 4 for m in masks):  # per-row masks (edits)
+            rows = max(m.shape[0] if m.ndim == 4 else 1 for m in masks)
+            four = lambda m: m if m.ndim == 4 else m[None] if m.ndim == 3 else m[None, None]  # noqa: E731
+            masks = [jnp.broadcast_to(four(m), (rows, self.heads, *m.shape[-2:])) for m in masks]
         mask = jnp.concatenate(masks, axis=-1)
-        mask = mask[None] if mask.ndim == 3 else mask[None, None]
+        mask = mask if mask.ndim == 4 else mask[None] if mask.ndim == 3 else mask[None, None]
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)

@@ -28,6 +28,10 @@ here and the tests agree with it):
   K = V), then `o_groups` groups of heads each projected to `o_rank`, then mixed to `D`
   (`o_groups = 0`: one projection).
 
+Edits set `hidden_entries` `(B, C)` (those entries gone for the indexer and the attention)
+and `cut_spans` `(B, 2)` (the local branch's edges from later queries into each row's span
+cut), as in `idealized.decoder.attention`.
+
 With `record=True` inside `nnx.capture(..., nnx.Intermediate)` the layer sows
 `attention` (B, H, T, C + T: compressed entries, then the local tokens in the dense
 layout), `compressed_keys` / `compressed_values` (B, C, H, hd, before RoPE); inside
@@ -46,6 +50,7 @@ from weakspots.idealized.decoder.attention import (
     MASKED,
     band_to_dense,
     compressed_visibility,
+    cut_band,
     local_band_visibility,
     local_mix,
     local_scores,
@@ -160,12 +165,15 @@ class LightningIndexer(nnx.Module):
 
 
 def top_k_mask(scores: Float[Array, "B T C"], visible: Bool[Array, "T C"], k: int):
-    """The visible entries among each query's `k` highest scores (future entries never count)."""
+    """The visible entries among each query's `k` highest scores (future entries never count).
+
+    `visible` `(T, C)`, or `(B, T, C)` per row."""
     k = min(k, scores.shape[-1])
-    masked = jnp.where(visible[None], scores, -jnp.inf)
+    visible = visible if visible.ndim == 3 else visible[None]
+    masked = jnp.where(visible, scores, -jnp.inf)
     _, picks = jax.lax.top_k(masked, k)
     chosen = jnp.sum(jax.nn.one_hot(picks, scores.shape[-1], dtype=jnp.int32), axis=-2) > 0
-    return chosen & visible[None]
+    return chosen & visible
 
 
 def indexer_statistics(
@@ -251,6 +259,7 @@ class V4Attention(nnx.Module):
         self.kv_heads = 1 if shared_kv else heads
         self.local_window, self.rope_dim, self.rope_theta = local_window, rope_dim, rope_theta
         self.qk_norm, self.o_groups = qk_norm, o_groups
+        self.hidden_entries = self.cut_spans = None  # edits (`idealized.decoder.attention`)
         self.index_topk = index_topk if kind == "csa" else 0
         if q_rank:
             self.q_a = _linear(d_model, q_rank, rngs)
@@ -317,12 +326,15 @@ class V4Attention(nnx.Module):
             entries = self._per_query_head(turn(entries, starts))
             logits = jnp.einsum("bthd,bchd->bhtc", q, entries) * scale
             visible = compressed_visibility(length, self.stride)
-            mask = jnp.broadcast_to(visible, (batch, 1, *visible.shape))
+            seen = visible  # hidden entries: gone for the indexer too
+            if self.hidden_entries is not None:
+                seen = visible[None] & ~self.hidden_entries[:, None, :]
+            mask = jnp.broadcast_to(seen[..., None, :, :], (batch, 1, *visible.shape))
             if self.indexer is not None:
                 index_scores = self.indexer(
                     jax.lax.stop_gradient(x), jax.lax.stop_gradient(query_input)
                 )
-                mask = top_k_mask(index_scores, visible, self.index_topk)[:, None]
+                mask = top_k_mask(index_scores, seen, self.index_topk)[:, None]
                 if record:
                     kl, recall = indexer_statistics(logits, index_scores, visible, self.index_topk)
                     self.sow(IndexerStat, "indexer_kl", kl)
@@ -333,7 +345,10 @@ class V4Attention(nnx.Module):
             keys = kv.transpose(0, 2, 1, 3)
             scores.append(local_scores(q.transpose(0, 2, 1, 3), keys, self.local_window) * scale)
             band = local_band_visibility(length, self.local_window)
-            masks.append(jnp.broadcast_to(band, (batch, 1, *band.shape)))
+            band = jnp.broadcast_to(band, (batch, 1, *band.shape))
+            if self.cut_spans is not None:
+                band = band & ~cut_band(length, self.local_window, self.cut_spans)[:, None]
+            masks.append(band)
         sink = self.sinks[...] if self.sinks is not None else jnp.zeros((self.heads,))
         scores.append(jnp.broadcast_to(sink[None, :, None, None], (batch, self.heads, length, 1)))
         masks.append(jnp.full((batch, 1, length, 1), self.sinks is not None))

@@ -87,6 +87,16 @@ class _GivenTrue(_Given):
         super().__call__(parser, namespace, True, option_string)
 
 
+class _GivenFalse(_Given):
+    """`--no-X`: the switch off, given (so `--design v4` leaves it off)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, False, option_string)
+
+
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "lm",
@@ -110,9 +120,42 @@ def register(subparsers) -> None:
         ),
     )
     add_lm_flags(train)
+    add_cache_flag(train)
     common.add_output_flags(train)
     train.set_defaults(handler=run_train)
     register_ablate(verbs)
+    register_carry(verbs)
+
+
+def add_cache_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="directory of trained decoders, reused by config (sims.decoder.checkpoint); "
+        "the same numbers as training anew",
+    )
+
+
+def trained_results(args: argparse.Namespace, base: LMConfig, seeds: list[int], title: str):
+    """The runs of `base` at `seeds`: trained, or loaded from (and saved to) `--cache`."""
+    import pathlib
+
+    if args.cache is not None:
+        try:
+            pathlib.Path(args.cache).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise common.UsageError(
+                f"--cache: cannot use {args.cache!r}: {error.strerror}"
+            ) from None
+    from weakspots.sims.decoder.checkpoint import trained
+    from weakspots.sims.runs.progress import Progress
+
+    with Progress(title, "steps", enabled=common.progress_enabled(args)) as progress:
+        return trained(
+            [base.replace(seed=s) for s in seeds],
+            directory=pathlib.Path(args.cache).expanduser() if args.cache is not None else None,
+            progress=progress,
+        )
 
 
 def add_lm_flags(parser: argparse.ArgumentParser) -> None:
@@ -155,6 +198,10 @@ def add_lm_flags(parser: argparse.ArgumentParser) -> None:
             default = getattr(_DEFAULT, name)
             if isinstance(default, bool):
                 group.add_argument(flag, action=_GivenTrue, help=HELP[name])
+                group.add_argument(
+                    "--no-" + flag[2:], dest=name, action=_GivenFalse,
+                    help=f"{flag} off (where --design turns it on)",
+                )  # fmt: skip
             else:
                 group.add_argument(
                     flag, type=type(default), default=default, action=_Given, help=HELP[name]
@@ -183,11 +230,8 @@ def run_train(args: argparse.Namespace) -> int:
     base = lm_config(args)
     seeds = common.seed_list(args)
     from weakspots.sims.decoder.evaluate import phase_summary, seed_spread
-    from weakspots.sims.decoder.train import train_many
-    from weakspots.sims.runs.progress import Progress
 
-    with Progress("lm train", "steps", enabled=common.progress_enabled(args)) as progress:
-        results = train_many([base.replace(seed=s) for s in seeds], progress=progress)
+    results = trained_results(args, base, seeds, "lm train")
     summaries = [r.summary() for r in results]
     many = args.seeds is not None
     out = common.per_seed_report(base, seeds, summaries, many=many)
@@ -293,9 +337,7 @@ def register_ablate(verbs) -> None:
     ablate.add_argument(
         "--no-patch", action="store_true", help="skip activation patching (s more evaluations)"
     )
-    ablate.add_argument(
-        "--cache", default=None, help="directory of trained decoders, reused by config"
-    )
+    add_cache_flag(ablate)
     common.add_output_flags(ablate)
     ablate.set_defaults(handler=run_ablate)
 
@@ -308,24 +350,11 @@ def run_ablate(args: argparse.Namespace) -> int:
             "swa, csa and hca (--design v4) are trained by lm train only"
         )
     seeds = common.seed_list(args)
-    if args.cache is not None:
-        import pathlib
-
-        try:
-            pathlib.Path(args.cache).expanduser().mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise common.UsageError(
-                f"--cache: cannot use {args.cache!r}: {error.strerror}"
-            ) from None
     from weakspots.sims.decoder import study
-    from weakspots.sims.decoder.checkpoint import trained
     from weakspots.sims.runs.progress import Progress
 
     enabled = common.progress_enabled(args)
-    with Progress("lm ablate: train", "steps", enabled=enabled) as progress:
-        results = trained(
-            [base.replace(seed=s) for s in seeds], directory=args.cache, progress=progress
-        )
+    results = trained_results(args, base, seeds, "lm ablate: train")
     import jax
 
     params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in results])
@@ -372,3 +401,66 @@ def ablate_text(base: LMConfig, report: dict) -> str:
         parts.append(f"effective gain per head (s x mean attention margin, over seeds): {gains}")
     parts.append(f"mechanism: {report['verdict']} -- {report['shown_by']}")
     return "\n\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- lm carry
+
+
+def register_carry(verbs) -> None:
+    """`weakspots lm carry`: the flags of `lm train`, plus `--cache`."""
+    parser = verbs.add_parser(
+        "carry",
+        help="where a decoder reads a fact from: its own entries or those it was carried into",
+        description=(
+            "Train decoders (or load them from --cache), then hide the queried fact's own "
+            "compressed entries, the next one or two, or all entries within the local reach, "
+            "and cut the local edges from later tokens to the fact (no carry); accuracy and "
+            "its drop per value phase with 95% intervals (drops paired, seeds as clusters for "
+            "accuracies). Every layer kind, DeepSeek-V4's included (sims.decoder.carry)."
+        ),
+        epilog=common.examples(
+            "weakspots lm carry --layers 2 --local-window 16 --steps 1000 --seeds 2",
+            "weakspots lm carry --design v4 --layers 2 --layout swa,csa --window 32 "
+            "--local-window 32 --seeds 4 --json",
+        ),
+    )
+    add_lm_flags(parser)
+    add_cache_flag(parser)
+    common.add_output_flags(parser)
+    parser.set_defaults(handler=run_carry)
+
+
+def run_carry(args: argparse.Namespace) -> int:
+    base = lm_config(args)
+    seeds = common.seed_list(args)
+    results = trained_results(args, base, seeds, "lm carry: train")
+    from weakspots.sims.decoder.carry import report as carry_report
+
+    report = carry_report(base, results)
+    if args.json:
+        common.print_json(report)
+    else:
+        print(carry_text(base, report))
+    return 0
+
+
+def carry_text(base: LMConfig, report: dict) -> str:
+    """The `lm carry` report as text: intact accuracy, then each test's accuracy and drop by phase."""
+    s = base.stride
+    phases = [f"phi={p}" for p in range(s)]
+    rows = [["intact", *report["phase_accuracy"], ""]]
+    for name, test in report["tests"].items():
+        if not test["applies"]:
+            rows.append([name, *["-"] * s, "n/a"])
+            continue
+        lo, hi = test["mean_drop_ci"]
+        rows.append([name, *test["accuracy"], f"{test['mean_drop']:+.3f} [{lo:+.3f}, {hi:+.3f}]"])
+    head = (
+        f"T={base.seq_len} layers={','.join(base.layer_kinds)} s={base.stride} "
+        f"local reach {report['local_reach']} seeds={','.join(map(str, report['seeds']))}"
+    )
+    return "\n\n".join([
+        _phase_block(f"{head}: each seed on its own sequences, pooled", report["pooled"]),
+        "carry tests (the shared sequences; accuracy by value phase, mean drop with 95% CI)\n"
+        + common.table(["test", *phases, "drop"], rows),
+    ])  # fmt: skip

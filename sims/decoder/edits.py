@@ -17,6 +17,14 @@ switches a branch of one attention layer off, or puts a compressor in front of t
 * switches of the attention layer (`changes_program = True`: each compiles on its own):
   `NoRopeCompressed` (compressed keys not rotated to their window start),
   `NoCompressedBranch` and `NoLocalWindow` (one branch of a compressed layer with both);
+* edits with one value per evaluation row (`changes_program = True`; built inside the
+  chunk that reads them): `HideEntries(layer, windows)` hides the marked compressed entries
+  `(B, C)` from every query (and from the indexer of a csa layer); `CutLocalEdges(layer,
+  spans)` removes the local branch's edges from queries after each row's span `(B, 2)` to
+  the tokens inside it (a sliding layer's whole window; a compressed layer's local window),
+  so what the span holds reaches later tokens of that layer only through compressed entries;
+* `V4PartOff(layer, part)`: a part of a DeepSeek-V4 layer switched off at inference (the
+  indexer's top-k, the sink, a compressed layer's local window);
 * `PatchEntries(layer, windows)`: the layer's compressor wrapped in `PatchedEntries`, which
   copies the compressed entries of the marked windows from a source world on the same batch
   axis (activation patching, `sims.decoder.interventions.patch_entries`).
@@ -36,6 +44,7 @@ from flax import nnx
 from weakspots.idealized.decoder.attention import AbstractCompressor, Attention
 from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
 from weakspots.idealized.decoder.model import Decoder
+from weakspots.idealized.decoder.v4_attention import V4Attention
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import lookup
 
@@ -250,7 +259,116 @@ class PatchEntries(Edit):
     changes_program = True
 
     def edit(self, attention, config):
-        attention.compressor = PatchedEntries(attention.compressor, self.windows)
+        if isinstance(attention, V4Attention):  # its entries and its indexer's keys alike
+            attention.compressor = PatchedV4Entries(attention.compressor, self.windows)
+            if attention.indexer is not None:
+                indexer = attention.indexer
+                indexer.compressor = PatchedV4Entries(indexer.compressor, self.windows)
+        else:
+            attention.compressor = PatchedEntries(attention.compressor, self.windows)
+
+
+class PatchedV4Entries(nnx.Module):
+    """`PatchedEntries` for DeepSeek-V4's compressor (`x -> (2B, C, G, width)` entries)."""
+
+    def __init__(self, inner, windows):
+        self.inner, self.stride, self.windows = inner, inner.stride, windows
+
+    def __call__(self, x):
+        entries = self.inner(x)
+        rows = self.windows.shape[0]
+        clean, source = entries[:rows], entries[rows:]
+        patched = jnp.where(self.windows[:, :, None, None], source, clean)
+        return jnp.concatenate([patched, source], axis=0)
+
+    def pooling_weights(self):
+        return self.inner.pooling_weights()
+
+
+COMPRESSED_KINDS = ("compressed", "csa", "hca")
+LOCAL_KINDS = ("sliding", "swa")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class HideEntries(Edit):
+    """The compressed entries marked in `windows` `(B, C)` hidden from every query of the layer
+    (and from its indexer: the top-k picks among the others)."""
+
+    windows: object
+    kind = "hide_entries"
+    label = "hide compressed entries"
+    changes_program = True
+
+    def edit(self, attention, config):
+        attention.hidden_entries = nnx.data(jnp.asarray(self.windows, bool))
+
+    def applies(self, config):
+        return (
+            0 <= self.layer < len(config.layer_kinds)
+            and config.layer_kinds[self.layer] in COMPRESSED_KINDS
+            and config.operator != "none"
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CutLocalEdges(Edit):
+    """The local branch's edges from a query after its row's span `[lo, hi]` (`spans` `(B, 2)`)
+    to the tokens inside it removed: a sliding layer's, or a compressed layer's local window."""
+
+    spans: object
+    kind = "cut_local_edges"
+    label = "cut local edges into the span"
+    changes_program = True
+
+    def edit(self, attention, config):
+        attention.cut_spans = nnx.data(jnp.asarray(self.spans, jnp.int32))
+
+    def applies(self, config):
+        if not 0 <= self.layer < len(config.layer_kinds):
+            return False
+        kind = config.layer_kinds[self.layer]
+        compressed = kind in COMPRESSED_KINDS and config.operator != "none"
+        return kind in LOCAL_KINDS or (compressed and config.local_window > 0)
+
+
+V4_PARTS = ("indexer", "sink", "local_window")
+"""The parts of a DeepSeek-V4 layer `V4PartOff` switches off in a trained decoder."""
+
+
+@dataclasses.dataclass(frozen=True)
+class V4PartOff(Edit):
+    """One part of a DeepSeek-V4 layer switched off at inference (`V4_PARTS`): the indexer's
+    top-k (every visible entry read), the attention sink, or a csa/hca layer's local window."""
+
+    part: str
+    kind = "v4_part_off"
+    label = "switch off"
+    changes_program = True
+
+    def edit(self, attention, config):
+        if self.part == "indexer":
+            attention.index_topk, attention.indexer = 0, None
+        elif self.part == "sink":
+            attention.sinks = None
+        else:
+            attention.local_window = 0
+
+    def applies(self, config):
+        if not 0 <= self.layer < len(config.layer_kinds) or self.part not in V4_PARTS:
+            return False
+        kind, compressed = config.layer_kinds[self.layer], config.operator != "none"
+        if self.part == "indexer":
+            return kind == "csa" and compressed and config.indexer_topk > 0
+        if self.part == "sink":
+            return kind in ("swa", "csa", "hca") and config.sink
+        return kind in ("csa", "hca") and compressed and config.local_window > 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.part} layer {self.layer}"
+
+    def describe(self, config):
+        return f"switch off the {self.part.replace('_', ' ')} (layer {self.layer})"
 
 
 EDITS: tuple[type[Edit], ...] = (
@@ -261,6 +379,9 @@ EDITS: tuple[type[Edit], ...] = (
     NoRopeCompressed,
     NoCompressedBranch,
     NoLocalWindow,
+    HideEntries,
+    CutLocalEdges,
+    V4PartOff,
     PatchEntries,
 )
 """Every kind of edit."""
@@ -282,13 +403,17 @@ __all__ = [
     "EDITS",
     "AblateHead",
     "AblateLayer",
+    "CutLocalEdges",
     "Edit",
+    "HideEntries",
     "NoCompressedBranch",
     "NoLocalWindow",
     "NoRopeCompressed",
     "PatchEntries",
     "PatchedEntries",
+    "PatchedV4Entries",
     "RollPositionBias",
+    "V4PartOff",
     "ZeroPositionBias",
     "apply_edits",
 ]

@@ -260,14 +260,15 @@ def pooled_noise_floor(accuracy, samples) -> tuple[float, float]:
 def query_reach(config: LMConfig) -> int:
     """Tokens at the end of the context the first query reaches uncompressed.
 
-    The sliding window if some layer is sliding, and the local window of compressed
-    layers, whichever is larger (0 when neither exists).
+    A path through the layers' uncompressed branches: each sliding layer (`sliding`, `swa`)
+    reaches `window` tokens back, each compressed one (`compressed`, `csa`, `hca`) its
+    `local_window`, so the reach is their sum over the layers (0 when there are none). With
+    one uncompressed layer it is that layer's window; DeepSeek-V4's design, a local branch in
+    every layer, reaches `window + (L - 1) local_window`.
     """
-    kinds = config.layer_kinds
-    return max(
-        config.window if "sliding" in kinds else 0,
-        config.local_window if "compressed" in kinds else 0,
-    )
+    widths = {"sliding": config.window, "swa": config.window}
+    widths.update(dict.fromkeys(("compressed", "csa", "hca"), config.local_window))
+    return sum(widths.get(kind, 0) for kind in config.layer_kinds)
 
 
 def position_spectrum(position_accuracy: np.ndarray, stride: int) -> dict:

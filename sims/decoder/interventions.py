@@ -230,6 +230,17 @@ def world_outcomes(
     return np.stack(out)
 
 
+def switched_outcomes(config: LMConfig, params: nnx.State, switches: Sequence[Edit], rows: Rows):
+    """Outcomes `(R, K * chunk)` of stacked runs with every edit of `switches` applied together
+    (each may change the program)."""
+    config = config.static
+    worlds = jax.tree.map(lambda x: x[None], params)
+    out = _world_outcomes(
+        config, tuple(switches), worlds, jnp.asarray(rows.starts), jnp.asarray(rows.index)
+    )
+    return np.asarray(out)[0]
+
+
 def paired_drop(clean: np.ndarray, intervened: np.ndarray) -> tuple[float, list[float]]:
     """Mean of `clean - intervened` (0/1 outcomes, paired) and its 95% normal interval."""
     mean, lo, hi = paired_interval(clean.astype(np.float64) - intervened.astype(np.float64))

@@ -35,6 +35,8 @@ from weakspots.sims.experiments import (
     learned_gain_end_state,
     learned_gain_law,
     linear_growth,
+    lm_amplifier,
+    lm_amplifier_profile,
     lm_family,
     lm_mechanism,
     lm_mitigations,
@@ -108,6 +110,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_mechanism.EXPERIMENT,
     lm_toy.EXPERIMENT,
     lm_mitigations.EXPERIMENT,
+    lm_amplifier.EXPERIMENT,
+    lm_amplifier_profile.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

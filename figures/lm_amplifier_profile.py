@@ -1,0 +1,35 @@
+"""Figure (g): per-phase accuracy of DeepSeek-V4's design, its dense control and its most
+amplifying ablation."""
+
+import numpy as np
+
+from weakspots.figures.style import COLORS, figure, legend_below
+
+CAPTION = (
+    "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study; facts beyond the query's uncompressed reach, each seed on its own sequences.",
+    "Bands: 95% intervals with the seeds as clusters.",
+)
+
+
+def make(results, predictions=None):
+    del predictions
+    profiles = results["profiles"]
+    fig, axes = figure(len(profiles), 1, width=4.6, height=3.3)
+    for ax, p in zip(axes[0], profiles, strict=True):
+        for j, c in enumerate(p["designs"]):
+            acc = np.asarray(c["phase_accuracy"])
+            ci = np.asarray(c["phase_accuracy_ci"])
+            x = np.arange(acc.size)
+            color = "0.45" if c["design"] == "dense" else COLORS[j]
+            ax.plot(
+                x, acc, "o-", color=color, label=f"{c['design']} (delta_max {c['delta_max']:.3f})"
+            )
+            ax.fill_between(x, ci[:, 0], ci[:, 1], color=color, alpha=0.18, lw=0)
+        ax.set_xticks(np.arange(len(p["designs"][0]["phase_accuracy"])))
+        ax.set_xlabel("phase of the queried value")
+        ax.set_ylabel("accuracy")
+        ax.set_title(f"{p['arm'].upper()}, T = {p['seq_len']}", loc="left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    legend_below(fig, ncol=1, handles=handles, labels=labels)
+    fig.suptitle("Per-phase profile: V4, dense control, most amplifying ablation")
+    return fig

@@ -1,0 +1,185 @@
+"""The amplifier study: which part of DeepSeek-V4's attention makes weak spots large.
+
+Every design keeps V4's proportions at small scale: a sliding layer (`swa`) and then a
+compressed one whose local branch spans at least 8 of its strides (CSA: ratio 4 with
+overlapping windows, the Lightning Indexer's top-k, one shared KV head, q/kv RMSNorm,
+sinks; `idealized.decoder.config.V4_DESIGN`). Each part is switched off in training, one at a
+time (`ABLATIONS`), beside the dense control (`operator none`). Per design
+(`sims.decoder.carry.report`, the JSON of `weakspots lm carry`): per-phase accuracy of
+each seed on its own sequences, `delta_max` with its interval and noise floor (seeds as
+clusters); the carry tests (which entries the fact is read from); and each part switched
+off at inference in the trained design.
+
+Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
+recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
+`command`, a `weakspots lm carry` line that reproduces it); `full` retrains every design at
+both arms (`csa`: ratio 4; `hca`: ratio 16, phases counted at 16) and at longer contexts,
+4 seeds each. Trained decoders are kept in the `sims.decoder.checkpoint` cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+
+from weakspots.idealized.decoder.config import LMConfig, with_design
+from weakspots.sims.decoder import carry
+from weakspots.sims.decoder.checkpoint import trained
+from weakspots.sims.decoder.study import RECORDED
+from weakspots.sims.runs.progress import Progress
+
+ABLATIONS: dict[str, dict] = {
+    "v4": {},
+    "no_topk": dict(indexer_topk=0),
+    "no_shared_kv": dict(shared_kv=False),
+    "no_qk_norm": dict(qk_norm=False),
+    "no_sink": dict(sink=False),
+    "no_local": dict(local_window=0),
+    "dense": dict(operator="none"),
+    "key_len2": dict(key_len=2),
+}
+"""Design name -> the fields it changes from V4's design (`v4`: none; `dense`: the control;
+`key_len2`: the task with two-token keys, where a straddling fact is not simply phase 0)."""
+
+ARMS: dict[str, dict] = {
+    "csa": dict(layers=2, layout="swa,csa", window=32, local_window=32),
+    "hca": dict(layers=2, layout="swa,hca", stride=16, hca_stride=16, window=32,
+                local_window=32, indexer_topk=0),
+}  # fmt: skip
+"""The compressed layer of each arm: CSA at ratio 4 (local window 8 strides), HCA at 16."""
+
+SIZES: dict[str, dict] = {
+    "tiny": dict(
+        config=dict(seq_len=40, pairs=4, key_vocab=16, value_vocab=8, filler_vocab=4,
+                    d_model=16, heads=2, window=8, local_window=8, index_dim=4, index_heads=2,
+                    q_rank=8, o_rank=4, steps=4, eval_every=2, batch=4, eval_batch=8,
+                    eval_samples=1),
+        arms=("csa",), designs=("v4", "no_topk", "dense"), seeds={}, default_seeds=1,
+        seq_lens=(40,), source="train",
+    ),
+    "quick": dict(
+        config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
+        arms=("csa", "hca"), designs=tuple(ABLATIONS), seeds={"v4": 4, "dense": 4},
+        default_seeds=2, seq_lens=(128,), source="recorded",
+        arm_designs={"hca": ("v4", "dense")}, arm_seeds={"hca": 2}, arm_seq_lens={"hca": (136,)},
+    ),
+    "full": dict(
+        config=dict(steps=4000, eval_every=500, eval_samples=16),
+        arms=("csa", "hca"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
+        seq_lens=(136, 520, 1032), source="train",
+    ),
+}  # fmt: skip
+"""Per size: shared `LMConfig` fields, the arms, designs, seeds per design and contexts
+(`seq_len`s whose context is a multiple of 16, for both arms)."""
+
+
+def design_config(size: str, arm: str, design: str, seq_len: int | None = None) -> LMConfig:
+    """The `LMConfig` (seed 0) of `design` in `arm` at `size` (and context `seq_len`)."""
+    spec = SIZES[size]
+    given = {**spec["config"], **ARMS[arm], **ABLATIONS[design]}
+    if size == "tiny":
+        given.update(stride=4, hca_stride=4)  # tiny contexts: one small ratio for both arms
+        if arm == "hca":
+            given.update(local_window=spec["config"]["local_window"])
+    if seq_len is not None:
+        given["seq_len"] = seq_len
+    return LMConfig(**with_design("v4", given, set(given)))
+
+
+def seeds_of(size: str, design: str, arm: str = "csa") -> int:
+    spec = SIZES[size]
+    if arm in spec.get("arm_seeds", {}):
+        return spec["arm_seeds"][arm]
+    return spec["seeds"].get(design, spec["default_seeds"])
+
+
+def cells(size: str) -> list[tuple[str, str, int]]:
+    """Every (arm, design, seq_len) of `size` (an arm may have its own designs, seeds and
+    contexts: `arm_designs`, `arm_seeds`, `arm_seq_lens`)."""
+    spec = SIZES[size]
+    designs = lambda arm: spec.get("arm_designs", {}).get(arm, spec["designs"])  # noqa: E731
+    lengths = lambda arm: spec.get("arm_seq_lens", {}).get(arm, spec["seq_lens"])  # noqa: E731
+    return [(a, d, t) for a in spec["arms"] for t in lengths(a) for d in designs(a)]
+
+
+def command(config: LMConfig, seeds: int, verb: str = "carry") -> str:
+    """The `weakspots lm <verb>` line that trains `config` at seeds `0 .. seeds-1` (every field
+    that differs from `LMConfig`'s default spelled out, no `--design`)."""
+    default = LMConfig()
+    flags = []
+    for field in dataclasses.fields(LMConfig):
+        value, base = getattr(config, field.name), getattr(default, field.name)
+        if field.name == "seed" or value == base:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        else:
+            flags.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return f"weakspots lm {verb} {' '.join(flags)} --seeds {seeds} --json --quiet"
+
+
+def recorded_name(arm: str, design: str) -> str:
+    return f"amplifier_{arm}_{design}.json"
+
+
+def recorded(arm: str, design: str, expected: LMConfig) -> dict:
+    """The recorded `lm carry` report of a quick design, its config checked against `expected`."""
+    report = json.loads((RECORDED / recorded_name(arm, design)).read_text())
+    if LMConfig(**report["config"]).replace(seed=0) != expected:
+        raise ValueError(
+            f"{recorded_name(arm, design)} records another config than the quick {design}"
+        )
+    return report
+
+
+def measure(config: LMConfig, seeds: int, progress: Progress | None = None) -> dict:
+    """Train (or load from the cache) `config` at `seeds` seeds and report it (`carry.report`)."""
+    results = trained([config.replace(seed=s) for s in range(seeds)], progress=progress)
+    return carry.report(config, results)
+
+
+@functools.cache
+def run(size: str) -> dict:
+    """Every cell of `size`: `{"cells": [{arm, design, seq_len, command, report}]}` (memoised:
+    the two experiments that read the study share one run)."""
+    spec = SIZES[size]
+    out = []
+    for arm, design, seq_len in cells(size):
+        config = design_config(size, arm, design, seq_len)
+        seeds = seeds_of(size, design, arm)
+        if spec["source"] == "recorded":
+            report, source = recorded(arm, design, config), "recorded"
+        else:
+            report, source = measure(config, seeds), "trained"
+        out.append(
+            dict(arm=arm, design=design, seq_len=seq_len, source=source,
+                 command=command(config, seeds), report=report)
+        )  # fmt: skip
+    return {"cells": out, "chance": 1.0 / SIZES[size]["config"].get("value_vocab", 64)}
+
+
+def summary(cell: dict) -> dict:
+    """A cell's headline numbers: mean accuracy, delta_max with its interval and noise floor,
+    interval gap, worst and best phase, per-phase accuracy and intervals, carry drops."""
+    pooled = cell["report"]["pooled"]
+    tests = cell["report"]["tests"]
+    return {
+        "arm": cell["arm"],
+        "design": cell["design"],
+        "seq_len": cell["seq_len"],
+        "seeds": len(cell["report"]["seeds"]),
+        "mean_accuracy": pooled["mean_accuracy"],
+        "delta_max": pooled["delta_max"],
+        "delta_max_ci": pooled["delta_max_ci"],
+        "delta_max_noise_floor": pooled["delta_max_noise_floor"],
+        "interval_gap": pooled["interval_gap"],
+        "worst_phase": pooled["worst_phase"],
+        "best_phase": pooled["best_phase"],
+        "phase_accuracy": pooled["phase_accuracy"],
+        "phase_accuracy_ci": pooled["phase_accuracy_ci"],
+        "drops": {k: v.get("mean_drop") for k, v in tests.items()},
+        "drops_ci": {k: v.get("mean_drop_ci") for k, v in tests.items()},
+        "accuracy_under": {k: v.get("accuracy") for k, v in tests.items()},
+    }

@@ -1,0 +1,68 @@
+"""The amplifier study (`sims.decoder.amplifier`, experiments `lm_amplifier`, `lm_amplifier_profile`)."""
+
+import argparse
+import shlex
+
+import pytest
+
+from weakspots.idealized.decoder.config import LMConfig
+from weakspots.sims.cli import lm as lm_cli
+from weakspots.sims.decoder import amplifier
+from weakspots.sims.experiments import lm_amplifier, lm_amplifier_profile
+
+
+@pytest.mark.parametrize("size", ["tiny", "quick", "full"])
+def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(size):
+    parser = argparse.ArgumentParser()
+    lm_cli.add_lm_flags(parser)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quiet", action="store_true")
+    for arm, design, seq_len in amplifier.cells(size):
+        config = amplifier.design_config(size, arm, design, seq_len)
+        line = amplifier.command(config, amplifier.seeds_of(size, design))
+        args = parser.parse_args(shlex.split(line)[3:])
+        assert lm_cli.lm_config(args) == config, line
+        assert args.seeds == amplifier.seeds_of(size, design)
+        if design not in ("no_local", "dense") and size != "tiny" and arm == "csa":
+            assert config.local_window >= 8 * config.stride  # V4's proportions (issue's rule)
+        assert config.layer_kinds[0] == "swa"
+        if design != "v4":
+            v4 = amplifier.design_config(size, arm, "v4", seq_len)
+            changed = {
+                f for f in LMConfig.__dataclass_fields__ if getattr(v4, f) != getattr(config, f)
+            }
+            assert changed and changed <= set(amplifier.ABLATIONS[design])  # one part off
+
+
+def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
+    results = lm_amplifier.run("quick")
+    designs = {c["design"] for c in results["cells"]}
+    assert designs == set(amplifier.SIZES["quick"]["designs"])
+    for c in results["cells"]:
+        assert c["seeds"] == amplifier.seeds_of("quick", c["design"])
+        lo, hi = c["delta_max_ci"]
+        assert lo <= c["delta_max"] <= hi
+    rows = lm_amplifier.rows(results, lm_amplifier.predict("quick", results))
+    dense = [r for r in rows if "dense control" in r.name]
+    assert len(dense) == 1 and not dense[0].finding
+    assert all(r.finding for r in rows if r not in dense)
+    profile = lm_amplifier_profile.run("quick")["profiles"][0]
+    assert [c["design"] for c in profile["designs"]][:2] == ["v4", "dense"]
+
+
+def test_a_recorded_report_of_another_config_is_refused(monkeypatch):
+    config = amplifier.design_config("quick", "csa", "v4").replace(steps=7)
+    with pytest.raises(ValueError, match="another config"):
+        amplifier.recorded("csa", "v4", config)
+
+
+@pytest.mark.slow
+def test_the_tiny_study_trains_measures_and_draws(tmp_path, monkeypatch):
+    monkeypatch.setenv("WEAKSPOTS_LM_CACHE", str(tmp_path))
+    amplifier.run.cache_clear()
+    results = lm_amplifier.run("tiny")
+    assert {c["design"] for c in results["cells"]} == {"v4", "no_topk", "dense"}
+    for c in results["cells"]:
+        assert set(c["drops"]) >= {"hide_direct", "cut_local"}
+    rows = lm_amplifier.rows(results, lm_amplifier.predict("tiny", results))
+    assert rows and all(r.kind == "prediction" for r in rows)

@@ -26,7 +26,7 @@ from weakspots.sims.experiments import (
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.toy.train import train_many
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _paper_repro():

@@ -64,7 +64,7 @@ EXPERIMENT = Experiment("uniform_accuracy_example", run, predict, rows, sizes=SI
 # ---------------------------------------------------------------------------- the test
 
 REGISTRY = [EXPERIMENT]  # the project's is sims.experiments.EXPERIMENTS
-PAPER_REPRO = Path(__file__).resolve().parents[1] / "paper_repro.py"
+PAPER_REPRO = Path(__file__).resolve().parents[2] / "paper_repro.py"
 
 
 def test_example_experiment_runs_through_paper_repros_loop(tmp_path):

@@ -21,8 +21,8 @@ from weakspots.sims.experiments import (
     Row,
     Table,
     canonical,
-    finite_d_accuracy,
 )
+from weakspots.sims.experiments.toy import finite_d_accuracy
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.toy.train import train_many
 

@@ -2,7 +2,7 @@
 
 Each `figures/<name>.py` exposes `make(results, predictions) -> matplotlib.figure.Figure`
 for the results and predictions of the experiment named `<name>`
-(`sims.experiments.<name>`), and its two-line `CAPTION`; `figures.style` holds the shared
+(`sims.experiments.<family>.<name>`), and its two-line `CAPTION`; `figures.style` holds the shared
 look. `DRAWINGS` maps an experiment's name to the module that draws it: sims never
 imports matplotlib, so a figure is found by its experiment's name here, in the layer
 that sees both (the experiments with one say `drawn=True`).

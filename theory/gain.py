@@ -31,7 +31,7 @@ the support -- its internal modes relax at theory.support.internal_rate < 0 -- a
 dropped phase's log-weight, with the exact cluster equations) from the admissible state at
 the race's gain, and a dropped phase joins the support once its weight meets the support's.
 The dropped phases' weights after the collapse are not predicted; they start at a common
-DROPPED_WEIGHT with a small spread; the end state forgets them (tests/test_theory_gain.py).
+DROPPED_WEIGHT with a small spread; the end state forgets them (tests/theory/test_theory_gain.py).
 Which support the collapse leaves when that depends on the start: theory.selection
 (learned_gain_law).
 """

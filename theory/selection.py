@@ -36,7 +36,7 @@ head 2's near the bottom, and the blocks are taken around both cuts; k counts th
 covered by some head, at a finite horizon (the heads trade phases by slow re-entries).
 
 Where it holds: the reduction of step 3 is approximate; its error is measured against the
-flow (tests/test_theory_selection.py, docs/theory_derivations.md's table).
+flow (tests/theory/test_theory_selection.py, docs/theory_derivations.md's table).
 """
 
 from __future__ import annotations

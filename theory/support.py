@@ -29,7 +29,7 @@ alpha_phi and o_phi, the distractors |alpha|^2), the same for every stride. Eval
 quadrature at every RK4 stage is costly, so the flow uses f's Chebyshev
 interpolant on [0, 1]^2 (degrees SURROGATE_DEGREES, built once per (N, beta, d) from the
 quadrature at the Chebyshev points): permutation symmetric like L_d, so uniform pooling
-stays a fixed point, and close to L_d in value and gradient (tests/test_support_finite_d.py). With
+stays a fixed point, and close to L_d in value and gradient (tests/theory/test_support_finite_d.py). With
 g_phi = dL/dalpha_phi = (f_x(alpha_phi, o_phi) + 2 alpha_phi sum_{q != phi} f_o(alpha_q, o_q)) / s
 the logit flow is da/dt = -alpha (g - alpha . g), as at d = inf. The admissible sizes at d
 follow the same two tests as above, on f: the zero-sum curvature inside the support of the

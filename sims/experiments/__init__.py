@@ -1,10 +1,11 @@
 """Experiments: each a value bundling its simulations, theory's predictions and their comparison.
 
 `EXPERIMENTS` is the one registry: `paper_repro.py` makes a figure and report rows from
-each, `weakspots check` prints their rows. An experiment lives in its own module
-`sims.experiments.<name>` as `EXPERIMENT = Experiment(name, run, predict, rows, sizes=SIZES,
-...)`, with its own settings at each size in `SIZES`; adding one is writing that module and
-adding it to `EXPERIMENTS`:
+each, `weakspots check` prints their rows. An experiment lives in its own module, in its
+family's folder (`sims.experiments.toy.<name>`: the toy and the idealised §9 models;
+`sims.experiments.decoder.<name>`: the decoders), as `EXPERIMENT = Experiment(name, run,
+predict, rows, sizes=SIZES, ...)`, with its own settings at each size in `SIZES`; adding one
+is writing that module and adding it to `EXPERIMENTS`:
 
     size = experiment.size_of("quick")                # the experiment's own settings record
     results = experiment.run(size)                    # SGD, flows, Monte Carlo
@@ -22,7 +23,29 @@ log alpha| (`measure.order_parameter`); a phase is covered when its pooling weig
 
 from __future__ import annotations
 
-from weakspots.sims.experiments import (
+from weakspots.sims.experiments.decoder import (
+    lm_amplifier,
+    lm_amplifier_profile,
+    lm_family,
+    lm_mechanism,
+    lm_mitigations,
+    lm_position,
+    lm_toy,
+)
+from weakspots.sims.experiments.experiment import (
+    KINDS,
+    SIZE_NAMES,
+    Evaluation,
+    Experiment,
+    Row,
+    Table,
+    evaluate,
+    failing,
+    jsonable,
+    kind_counts,
+)
+from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
+from weakspots.sims.experiments.toy import (
     accuracy_formula,
     escape_onset,
     finite_d_accuracy,
@@ -35,13 +58,6 @@ from weakspots.sims.experiments import (
     learned_gain_end_state,
     learned_gain_law,
     linear_growth,
-    lm_amplifier,
-    lm_amplifier_profile,
-    lm_family,
-    lm_mechanism,
-    lm_mitigations,
-    lm_position,
-    lm_toy,
     mitigations,
     operators,
     phase_diagram,
@@ -60,19 +76,6 @@ from weakspots.sims.experiments import (
     time_to_specialise,
     weak_spots,
 )
-from weakspots.sims.experiments.experiment import (
-    KINDS,
-    SIZE_NAMES,
-    Evaluation,
-    Experiment,
-    Row,
-    Table,
-    evaluate,
-    failing,
-    jsonable,
-    kind_counts,
-)
-from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 
 __all__ = [
     "EXPERIMENTS",

@@ -61,7 +61,7 @@ def train(configs: Sequence[TrainConfig]) -> list[TrainResult]:
     An experiment declares the runs it trains in `Experiment.configs`, so a caller running
     several can train all of them in one call first (`sims.experiments.scheduler.train_planned`):
     runs of one `TrainConfig.static` then share one compiled program. A run's numbers do
-    not depend on the runs it is batched with (tests/test_train.py, bit for bit).
+    not depend on the runs it is batched with (tests/toy/test_train.py, bit for bit).
     """
     missing = [c for c in dict.fromkeys(configs) if c not in _TRAINED]
     if missing:

@@ -300,7 +300,7 @@ def _advance_many(config: TrainConfig, states: TrainState, hyper: Hyper, held_ou
 BYTES = 4  # float32
 # Copies of a step's drawn needles alive at once (the draw, its scaled keys, and the
 # backward pass's temporaries), and of an evaluation's: fitted to XLA's own memory
-# analysis of the compiled programs (tests/test_train.py checks the estimate against it).
+# analysis of the compiled programs (tests/toy/test_train.py checks the estimate against it).
 STEP_COPIES = 3
 EVAL_COPIES = 3
 

@@ -28,7 +28,7 @@ from weakspots.probe.report import profile
 from weakspots.probe.tokenizers import ByteTokenizer
 from weakspots.sims.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 S = 4
 MODEL = WeakSpotModel(stride=S, needle_phase=1, needle_miss=0.6, tail_phase=3)
 

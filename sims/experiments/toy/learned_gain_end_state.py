@@ -8,7 +8,7 @@ from weakspots import theory
 from weakspots.idealized.toy.config import FlowConfig
 from weakspots.sims.experiments.canonical import CHUNKS, STRIDE, keyed_starts, solve_from
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.learned_gain import FINAL_GAIN_RTOL
+from weakspots.sims.experiments.toy.learned_gain import FINAL_GAIN_RTOL
 
 # docs/theory.md §6.6's grid of weight decays, and two between
 WEIGHT_DECAYS = (0.0, 1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1e-4, 3e-4)

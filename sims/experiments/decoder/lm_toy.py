@@ -28,9 +28,13 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import metrics
-from weakspots.sims.experiments import lm_mechanism
+from weakspots.sims.experiments.decoder import lm_mechanism
+from weakspots.sims.experiments.decoder.lm_mechanism import (
+    chunks,
+    compressed_weights,
+    design_reports,
+)
 from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
-from weakspots.sims.experiments.lm_mechanism import chunks, compressed_weights, design_reports
 
 TOY_DESIGNS = (
     "mean_s8_T64", "mean_s8", "mean_s4", "softmax_s8", "softmax_s8_wd", "mean_s4_p8", "mean_s8_p8",

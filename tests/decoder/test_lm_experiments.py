@@ -7,7 +7,7 @@ import numpy as np
 
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.sims.decoder import evaluate
-from weakspots.sims.experiments import lm_family, lm_position
+from weakspots.sims.experiments.decoder import lm_family, lm_position
 
 CONFIG = LMConfig(seq_len=40, pairs=2, stride=4, eval_samples=3)
 

@@ -21,12 +21,12 @@ from weakspots.sims.experiments import (
     Row,
     Table,
     canonical,
-    finite_d_accuracy,
 )
+from weakspots.sims.experiments.toy import finite_d_accuracy
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.toy.train import train_many
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _paper_repro():

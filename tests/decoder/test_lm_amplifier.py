@@ -8,7 +8,7 @@ import pytest
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.sims.cli import lm as lm_cli
 from weakspots.sims.decoder import amplifier
-from weakspots.sims.experiments import lm_amplifier, lm_amplifier_profile
+from weakspots.sims.experiments.decoder import lm_amplifier, lm_amplifier_profile
 
 
 @pytest.mark.parametrize("size", ["tiny", "quick", "full"])

@@ -16,12 +16,10 @@ from weakspots.sims.experiments import (
     evaluate,
     failing,
     kind_counts,
-    linear_growth,
-    phase_diagram,
-    threshold,
 )
 from weakspots.sims.experiments.experiment import stored
 from weakspots.sims.experiments.measure import FALSE_ALARM, mean_half_width, normal_half_width
+from weakspots.sims.experiments.toy import linear_growth, phase_diagram, threshold
 
 KEYS = {
     "name", "config", "kind", "predicted", "ode", "sgd", "rel_error", "tolerance", "pass",

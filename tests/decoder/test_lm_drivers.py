@@ -10,7 +10,7 @@ import pytest  # noqa: E402
 
 from weakspots.figures import lm_family, lm_position  # noqa: E402
 from weakspots.sims.decoder import family  # noqa: E402
-from weakspots.sims.experiments import lm_position as position  # noqa: E402
+from weakspots.sims.experiments.decoder import lm_position as position  # noqa: E402
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ def test_noise_sets_the_start_below_its_floor():
     assert effective_init_scale(0.3, 0.04, 0.0169, 2.0, 256) == pytest.approx(0.3, rel=0.01)
 
 
-# The reduced flow's init scales (sims.experiments.specialization_time): geomspace(1e-5, 0.3, 7)
+# The reduced flow's init scales (sims.experiments.toy.specialization_time): geomspace(1e-5, 0.3, 7)
 SGD_SCALES = np.geomspace(1e-5, 0.3, 7)
 SGD_SEEDS = 16
 

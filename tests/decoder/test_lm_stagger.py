@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_lm_attention import (  # tests/ is on sys.path (rootdir import)
+from test_lm_attention import (  # tests/decoder/ is on sys.path (rootdir import)
     ATOL,
     HD,
     STRIDE,

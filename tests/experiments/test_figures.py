@@ -1,8 +1,8 @@
 """Smoke tests: every figure draws, headless, from tiny-run results; each is found by name.
 
 The inputs in tests/data/figure_inputs.json are the results and predictions of the
-experiments at the `tiny` size (regenerate with `python tests/test_figures.py [NAME ...]`), so the
-figures see data of exactly the shape the experiments produce.
+experiments at the `tiny` size (regenerate with `python tests/experiments/test_figures.py
+[NAME ...]`), so the figures see data of exactly the shape the experiments produce.
 """
 
 import json
@@ -15,7 +15,7 @@ import pytest
 from weakspots import figures
 from weakspots.sims import experiments
 
-DATA = Path(__file__).parent / "data" / "figure_inputs.json"
+DATA = Path(__file__).resolve().parents[1] / "data" / "figure_inputs.json"
 DRAWN = [e for e in experiments.EXPERIMENTS if e.drawn]
 
 
@@ -70,5 +70,5 @@ def _regenerate(*names, store_dir="/tmp/weakspots_tiny_store"):
     DATA.write_text(json.dumps(out, separators=(",", ":")))
 
 
-if __name__ == "__main__":  # python tests/test_figures.py [NAME ...]
+if __name__ == "__main__":  # python tests/experiments/test_figures.py [NAME ...]
     _regenerate(*sys.argv[1:])

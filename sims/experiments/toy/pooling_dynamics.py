@@ -24,7 +24,7 @@ from weakspots.sims.experiments.canonical import (
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import most_common
-from weakspots.sims.experiments.uniform_state import predicted_support
+from weakspots.sims.experiments.toy.uniform_state import predicted_support
 
 POOLING_INIT = 0.3
 

@@ -25,7 +25,7 @@ from weakspots.sims.runs.store import (
     write_run,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_config(i: int) -> dict:

@@ -14,7 +14,7 @@ from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import normal_half_width
-from weakspots.sims.experiments.uniform_state import predicted_support
+from weakspots.sims.experiments.toy.uniform_state import predicted_support
 from weakspots.sims.toy.interventions import compare_operators, operator_configs
 
 # The toy's operators whose logits need only inner products, and those that need real keys.

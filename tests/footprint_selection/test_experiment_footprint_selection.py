@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from weakspots.sims.experiments import EXPERIMENTS, evaluate, footprint_selection
+from weakspots.sims.experiments import EXPERIMENTS, evaluate
+from weakspots.sims.experiments.toy import footprint_selection
 
 
 def test_registered():

@@ -8,7 +8,7 @@ import pytest
 
 from weakspots.idealized.decoder.config import LM_OPTIONAL_FIELDS, LMConfig
 from weakspots.sims.decoder import study
-from weakspots.sims.experiments import lm_mitigations
+from weakspots.sims.experiments.decoder import lm_mitigations
 
 
 def _measured(delta_max, floor=0.02, weights=None):

@@ -24,7 +24,7 @@ from weakspots.sims.experiments.canonical import (
     train,
 )
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.uniform_state import uniform_escape
+from weakspots.sims.experiments.toy.uniform_state import uniform_escape
 
 ESCAPE_GAINS = (12.0, 16.0, 20.0, 24.0, 28.0, 32.0)  # the derived boundary's gains (full)
 

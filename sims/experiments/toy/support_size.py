@@ -12,7 +12,7 @@ from weakspots.sims.experiments import canonical
 from weakspots.sims.experiments.canonical import CHUNKS, DIM, GAIN, STRIDE, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.measure import most_common
-from weakspots.sims.experiments.uniform_state import (
+from weakspots.sims.experiments.toy.uniform_state import (
     metastable_uniform,
     predicted_support,
     uniform_escape,

@@ -142,7 +142,7 @@ def test_flow_sweep_equals_flows_solved_alone(tmp_path):
 
 
 def test_a_failed_flow_is_stored_with_a_reason_and_no_metrics(tmp_path):
-    # The run of tests/test_flow.py's failure tests: max_steps is reached long before t1.
+    # The run of tests/toy/test_flow.py's failure tests: max_steps is reached long before t1.
     fixed = {"stride": 4, "chunks": 8, "saves": 5, "max_steps": 64}
     runs = sweep.parse_spec({"kind": "flow", "fixed": fixed, "grid": {"t1": [1e12]}}).runs()
     report = sweep.run_sweep(runs, tmp_path)

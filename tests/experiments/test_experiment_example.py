@@ -1,7 +1,8 @@
 """A newcomer's template: one experiment in one module, run as paper_repro runs them.
 
 To add an experiment to the project, write a module like the part above the line in
-`sims/experiments/<name>.py` and add its `EXPERIMENT` to `sims.experiments.EXPERIMENTS`.
+`sims/experiments/<family>/<name>.py` (`toy/` or `decoder/`) and add its `EXPERIMENT` to
+`sims.experiments.EXPERIMENTS`.
 `SIZES` holds the experiment's own settings at each size; callers name a size ("tiny",
 "quick", "full") and `run` and `predict` receive its record. Here the registry is a local
 list, and the test runs it through paper_repro's own loop.
@@ -64,7 +65,7 @@ EXPERIMENT = Experiment("uniform_accuracy_example", run, predict, rows, sizes=SI
 # ---------------------------------------------------------------------------- the test
 
 REGISTRY = [EXPERIMENT]  # the project's is sims.experiments.EXPERIMENTS
-PAPER_REPRO = Path(__file__).resolve().parents[1] / "paper_repro.py"
+PAPER_REPRO = Path(__file__).resolve().parents[2] / "paper_repro.py"
 
 
 def test_example_experiment_runs_through_paper_repros_loop(tmp_path):

@@ -91,7 +91,7 @@ def test_growth_rate_figure_measures_each_mode_of_two_heads():
     # and differential modes and read 1-4% below lambda_differential at --full; each mode's
     # own amplitude (measure.mode_norms) grows at its own rate.
     from weakspots.sims.experiments.canonical import random_starts
-    from weakspots.sims.experiments.growth_rate import measure_growth_rate
+    from weakspots.sims.experiments.toy.growth_rate import measure_growth_rate
 
     lam_c, lam_d = (float(x) for x in growth_rates(8, 64, 16.0, heads=2))
     assert lam_c / lam_d == pytest.approx(0.867, abs=1e-3)  # close: the modes would mix

@@ -1,0 +1,1 @@
+"""Experiments of the decoders trained from scratch: see DEVELOPERS.md."""

@@ -12,9 +12,12 @@ off at inference in the trained design.
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
-`command`, a `weakspots lm carry` line that reproduces it); `full` retrains every design at
-both arms (`csa`: ratio 4; `hca`: ratio 16, phases counted at 16) and at longer contexts,
-4 seeds each. Trained decoders are kept in the `sims.decoder.checkpoint` cache.
+`command`, a `weakspots lm carry` line that reproduces it): at CSA, V4's design and its
+control with 4 seeds, the top-k, the sinks and the local branch off and two-token keys with
+2; at HCA, V4's design and its control with 2 (shared KV and q/kv norms off are trained at
+`full` only); `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16,
+phases counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
+the `sims.decoder.checkpoint` cache.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ SIZES: dict[str, dict] = {
     ),
     "quick": dict(
         config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
-        arms=("csa", "hca"), designs=tuple(ABLATIONS), seeds={"v4": 4, "dense": 4},
+        arms=("csa", "hca"), designs=("v4", "no_topk", "no_sink", "no_local", "dense", "key_len2"),
+        seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
         arm_designs={"hca": ("v4", "dense")}, arm_seeds={"hca": 2}, arm_seq_lens={"hca": (136,)},
     ),
@@ -165,10 +169,13 @@ def summary(cell: dict) -> dict:
     interval gap, worst and best phase, per-phase accuracy and intervals, carry drops."""
     pooled = cell["report"]["pooled"]
     tests = cell["report"]["tests"]
+    config = cell["report"]["config"]
     return {
         "arm": cell["arm"],
         "design": cell["design"],
         "seq_len": cell["seq_len"],
+        "stride": config.get("stride", LMConfig.stride),
+        "window": config.get("window", LMConfig.window),
         "seeds": len(cell["report"]["seeds"]),
         "mean_accuracy": pooled["mean_accuracy"],
         "delta_max": pooled["delta_max"],
@@ -182,4 +189,6 @@ def summary(cell: dict) -> dict:
         "drops": {k: v.get("mean_drop") for k, v in tests.items()},
         "drops_ci": {k: v.get("mean_drop_ci") for k, v in tests.items()},
         "accuracy_under": {k: v.get("accuracy") for k, v in tests.items()},
+        "phase_drops": {k: v.get("drop") for k, v in tests.items()},
+        "phase_drops_ci": {k: v.get("drop_ci") for k, v in tests.items()},
     }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from weakspots import theory
 from weakspots.sims.decoder import amplifier
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -25,9 +26,15 @@ def run(size: str) -> dict:
 
 
 def predict(size: str, results: dict) -> dict:
-    """No phase effect in the dense control; chance accuracy where no entry holds the fact."""
-    del size
-    return {"dense_delta_max": 0.0, "chance": results["chance"]}
+    """No phase effect in the dense control; chance accuracy where no entry holds the fact;
+    and the footprint model's ceiling on the gap of a design whose sliding layer carries
+    every fact over `W = q s` tokens (flat carry, no key term: `tanh(log(q / (q - 1)) / 4)`,
+    `theory.footprint_gap_bound`, `theory.logistic_gap_ceiling`), per arm."""
+    ceilings = {}
+    for c in results["cells"]:
+        q = c["window"] // c["stride"]
+        ceilings[c["arm"]] = theory.logistic_gap_ceiling(theory.footprint_gap_bound(q))
+    return {"dense_delta_max": 0.0, "chance": results["chance"], "carry_ceiling": ceilings}
 
 
 def _by(results: dict) -> dict:
@@ -52,6 +59,10 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             out.append(_ablation_row(where, design, c, v4))
         if design == "v4":
             out += _carry_rows(where, c, predictions["chance"])
+            allocation = _allocation_row(where, c)
+            out += [allocation] if allocation is not None else []
+        if design not in ("dense", "no_local"):
+            out.append(_ceiling_row(where, design, c, predictions["carry_ceiling"][arm]))
     return out
 
 
@@ -97,10 +108,61 @@ def _carry_rows(where: str, c: dict, chance: float) -> list[Row]:
             "accuracy",
             f"{where}; mean drop {cut:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] (paired, pooled over "
             "seeds); holds when the interval lies above 0",
-            kind="prediction", finding=True, predicted=0.0, sgd=cut, tolerance=math.inf,
+            kind="prediction", finding=True, predicted=0.0, sgd=cut, tolerance=math.inf, floor=1.0,
             holds=ci[0] > 0,
         ))  # fmt: skip
     return out
+
+
+def _ceiling_row(where: str, design: str, c: dict, ceiling: float) -> Row:
+    q = c["window"] // c["stride"]
+    lo = c["delta_max_ci"][0] if c["delta_max_ci"] else c["delta_max"]
+    return Row(
+        f"amplifier study: {design}'s gap within the footprint model's carry-only ceiling",
+        f"{where}; sliding window W = {c['window']} = {q} strides; predicted: "
+        f"tanh(log(q/(q-1))/4) = {ceiling:.4f} (flat carry over W, any pooling, no key term, "
+        "read qualities equal); holds when delta_max's interval reaches down to it",
+        kind="prediction", finding=True, predicted=ceiling, sgd=c["delta_max"],
+        tolerance=math.inf, holds=lo <= ceiling,
+    )  # fmt: skip
+
+
+def _log_ratio(c: dict, phase: int) -> tuple[float, float]:
+    """log(own-entry drop / next-entry drop) at `phase` and its delta-method standard error
+    (each drop's from its paired 95% interval); nan where a drop is not positive."""
+    own, nxt = c["phase_drops"]["hide_direct"][phase], c["phase_drops"]["hide_next1"][phase]
+    if own <= 0 or nxt <= 0:
+        return math.nan, math.nan
+    se = lambda ci: (ci[1] - ci[0]) / (2 * 1.959964)  # noqa: E731
+    own_se = se(c["phase_drops_ci"]["hide_direct"][phase])
+    nxt_se = se(c["phase_drops_ci"]["hide_next1"][phase])
+    return math.log(own / nxt), math.hypot(own_se / own, nxt_se / nxt)
+
+
+def _allocation_row(where: str, c: dict) -> Row | None:
+    """The footprint model's allocation law, `log(pi_own / pi_next) = g_D - g phi` (phi >= 1),
+    read through the drops from hiding the fact's own entries and the next one: the line
+    through phases 1 and s - 1, checked at the phases between (a fit: g comes from the
+    decoder). None when the stride leaves no phase between."""
+    s = len(c["phase_accuracy"])
+    if s < 3 or "hide_next1" not in c["phase_drops"]:
+        return None
+    (r1, e1), (rl, el) = _log_ratio(c, 1), _log_ratio(c, s - 1)
+    slope = (rl - r1) / (s - 2)
+    checks = [(p, *_log_ratio(c, p)) for p in range(2, s - 1)]
+    worst = max(checks, key=lambda t: abs(t[1] - (r1 + slope * (t[0] - 1))))
+    phase, measured, error = worst
+    predicted = r1 + slope * (phase - 1)
+    t = (phase - 1) / (s - 2)
+    spread = math.hypot(error, math.hypot((1 - t) * e1, t * el))
+    return Row(
+        "amplifier study, V4: the allocation law log(own / next) = g_D - g phi, linear in phase",
+        f"{where}; own/next read shares measured by the drops from hiding the fact's own "
+        f"entries and the next one; line through phases 1 and {s - 1} (g = {-slope:.3f} per "
+        f"phase fitted), checked at phase {phase}; tolerance: 2 standard errors (delta method)",
+        kind="fit", predicted=predicted, sgd=measured,
+        tolerance=2 * spread / max(abs(predicted), 1.0), floor=1.0,
+    )  # fmt: skip
 
 
 def _mean(values) -> float:

@@ -37,7 +37,7 @@ def make(results, predictions=None):
         ax.axhline(0, color="0.8", lw=0.8)
         ax.set_xticks(np.arange(len(mine)))
         ax.set_xticklabels([c["design"] for c in mine], rotation=30, ha="right")
-        ax.set_xlabel("design (one part of V4 off in training)")
+        ax.set_xlabel("design (one part of V4 off in training; key_len2: two-token keys)")
         ax.set_ylabel("delta_max (best - worst phase)")
         ax.set_title(f"{arm.upper()}, T = {seq_len}", loc="left")
     handles, labels = axes[0][0].get_legend_handles_labels()

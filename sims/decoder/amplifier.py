@@ -71,6 +71,7 @@ SIZES: dict[str, dict] = {
     "full": dict(
         config=dict(steps=4000, eval_every=500, eval_samples=16),
         arms=("csa", "hca"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
+        arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2")},
         seq_lens=(136, 520, 1032), source="train",
     ),
 }  # fmt: skip
@@ -104,7 +105,11 @@ def cells(size: str) -> list[tuple[str, str, int]]:
     spec = SIZES[size]
     designs = lambda arm: spec.get("arm_designs", {}).get(arm, spec["designs"])  # noqa: E731
     lengths = lambda arm: spec.get("arm_seq_lens", {}).get(arm, spec["seq_lens"])  # noqa: E731
-    return [(a, d, t) for a in spec["arms"] for t in lengths(a) for d in designs(a)]
+    out = [(a, d, t) for a in spec["arms"] for t in lengths(a) for d in designs(a)]
+    return [  # an ablation of a part the arm does not have (HCA's top-k) is V4's design
+        (a, d, t) for a, d, t in out
+        if d == "v4" or design_config(size, a, d, t) != design_config(size, a, "v4", t)
+    ]  # fmt: skip
 
 
 def command(config: LMConfig, seeds: int, verb: str = "carry") -> str:

@@ -166,9 +166,9 @@ def far_sources(config: LMConfig, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
         return (lo >= 0) & (lo + task.fact_len <= task.context_len) & clear
 
     forward, back = starts[:, 0] + shift, starts[:, 0] - shift
-    moved = starts.copy()
-    moved[:, 0] = np.where(fits(forward), forward, np.where(fits(back), back, starts[:, 0]))
     valid = (fits(forward) | fits(back)) & (rows.value_start >= 0)
+    moved = starts.copy()
+    moved[:, 0] = np.where(valid, np.where(fits(forward), forward, back), starts[:, 0])
     return moved.astype(np.int32), valid
 
 

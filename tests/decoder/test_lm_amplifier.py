@@ -21,8 +21,9 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
         config = amplifier.design_config(size, arm, design, seq_len)
         line = amplifier.command(config, amplifier.seeds_of(size, design))
         args = parser.parse_args(shlex.split(line)[3:])
+        assert amplifier.seeds_of(size, design, arm) >= 1
         assert lm_cli.lm_config(args) == config, line
-        assert args.seeds == amplifier.seeds_of(size, design)
+        assert args.seeds == amplifier.seeds_of(size, design)  # command() was given these
         if design not in ("no_local", "dense") and size != "tiny" and arm == "csa":
             assert config.local_window >= 8 * config.stride  # V4's proportions (issue's rule)
         assert config.layer_kinds[0] == "swa"
@@ -36,16 +37,18 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
 
 def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
     results = lm_amplifier.run("quick")
-    designs = {c["design"] for c in results["cells"]}
-    assert designs == set(amplifier.SIZES["quick"]["designs"])
+    designs = {(c["arm"], c["design"]) for c in results["cells"]}
+    assert designs == {(arm, design) for arm, design, _ in amplifier.cells("quick")}
+    assert {d for a, d in designs if a == "csa"} == set(amplifier.SIZES["quick"]["designs"])
     for c in results["cells"]:
-        assert c["seeds"] == amplifier.seeds_of("quick", c["design"])
+        assert c["seeds"] == amplifier.seeds_of("quick", c["design"], c["arm"])
         lo, hi = c["delta_max_ci"]
         assert lo <= c["delta_max"] <= hi
     rows = lm_amplifier.rows(results, lm_amplifier.predict("quick", results))
     dense = [r for r in rows if "dense control" in r.name]
-    assert len(dense) == 1 and not dense[0].finding
-    assert all(r.finding for r in rows if r not in dense)
+    assert len(dense) == 2 and not any(r.finding for r in dense)  # one per arm
+    assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
+    assert [r.kind for r in rows].count("fit") == 1  # the allocation law (CSA)
     profile = lm_amplifier_profile.run("quick")["profiles"][0]
     assert [c["design"] for c in profile["designs"]][:2] == ["v4", "dense"]
 
@@ -65,4 +68,4 @@ def test_the_tiny_study_trains_measures_and_draws(tmp_path, monkeypatch):
     for c in results["cells"]:
         assert set(c["drops"]) >= {"hide_direct", "cut_local"}
     rows = lm_amplifier.rows(results, lm_amplifier.predict("tiny", results))
-    assert rows and all(r.kind == "prediction" for r in rows)
+    assert rows and all(r.kind in ("prediction", "fit") for r in rows)

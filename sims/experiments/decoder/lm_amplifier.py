@@ -143,13 +143,19 @@ def _allocation_row(where: str, c: dict) -> Row | None:
     """The footprint model's allocation law, `log(pi_own / pi_next) = g_D - g phi` (phi >= 1),
     read through the drops from hiding the fact's own entries and the next one: the line
     through phases 1 and s - 1, checked at the phases between (a fit: g comes from the
-    decoder). None when the stride leaves no phase between."""
+    decoder). None when the stride leaves no phase between, or a drop at a phase used is not
+    above 0 (no log ratio: at HCA's 16 phases with 2 seeds)."""
     s = len(c["phase_accuracy"])
     if s < 3 or "hide_next1" not in c["phase_drops"]:
         return None
     (r1, e1), (rl, el) = _log_ratio(c, 1), _log_ratio(c, s - 1)
+    if not (math.isfinite(r1) and math.isfinite(rl)):
+        return None  # a drop not above 0 at an end phase: no log ratio to fit a line through
     slope = (rl - r1) / (s - 2)
     checks = [(p, *_log_ratio(c, p)) for p in range(2, s - 1)]
+    checks = [t for t in checks if math.isfinite(t[1])]
+    if not checks:
+        return None
     worst = max(checks, key=lambda t: abs(t[1] - (r1 + slope * (t[0] - 1))))
     phase, measured, error = worst
     predicted = r1 + slope * (phase - 1)

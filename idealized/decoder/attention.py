@@ -201,19 +201,6 @@ def cut_band(length: int, window: int, spans: Int[Array, "B 2"]) -> Bool[Array, 
     return (t[None] > hi) & (u[None] >= lo) & (u[None] <= hi)
 
 
-def edited_masks(masks, hidden, cut, length: int, window: int):
-    """Visibility masks with the edits of `hidden_entries` and `cut_spans` made (see the
-    module docstring); `masks` `[compressed or None, local or None]`, each `(..., T, K)`, come
-    back 4-d `(B or 1, H or 1, T, K)`."""
-    four = lambda m: m if m.ndim == 4 else m[None] if m.ndim == 3 else m[None, None]  # noqa: E731
-    compressed, local = (None if m is None else four(m) for m in masks)
-    if compressed is not None and hidden is not None:
-        compressed = compressed & ~hidden[:, None, None, :]
-    if local is not None and cut is not None:
-        local = local & ~cut_band(length, window, cut)[:, None]
-    return compressed, local
-
-
 def local_keys(y: Float[Array, "B H T hd"], window: int) -> Float[Array, "B H n 2W hd"]:
     """The keys (or values) each block of W queries may see: its own block and the one before.
 
@@ -339,23 +326,16 @@ class Attention(nnx.Module):
             local_scores, local_mask, local_values = self._local_branch(q, k, v, positions)
             scores.append(local_scores * scale)
             masks.append(local_mask)
-        if self.hidden_entries is not None or self.cut_spans is not None:
-            pair = (
-                masks[0] if self.use_compressed else None,
-                masks[-1] if self.local_window else None,
-            )
-            edited = edited_masks(
-                pair, self.hidden_entries, self.cut_spans, length, self.local_window
-            )
-            masks = [m for m in edited if m is not None]
-        if any(m.ndim == 3 for m in masks):  # per-head masks (staggered windows)
-            masks = [jnp.broadcast_to(m, (self.heads, *m.shape[-2:])) for m in masks]
-        if any(m.ndim == 4 for m in masks):  # per-row masks (edits)
-            rows = max(m.shape[0] if m.ndim == 4 else 1 for m in masks)
-            four = lambda m: m if m.ndim == 4 else m[None] if m.ndim == 3 else m[None, None]  # noqa: E731
-            masks = [jnp.broadcast_to(four(m), (rows, self.heads, *m.shape[-2:])) for m in masks]
+        # every mask (B or 1, H or 1, T, K): per-head ones come from staggered windows,
+        # per-row ones from the edits `hidden_entries` and `cut_spans`
+        masks = [m[None] if m.ndim == 3 else m[None, None] for m in masks]
+        if self.hidden_entries is not None and self.use_compressed:
+            masks[0] = masks[0] & ~self.hidden_entries[:, None, None, :]
+        if self.cut_spans is not None and self.local_window:
+            masks[-1] = masks[-1] & ~cut_band(length, self.local_window, self.cut_spans)[:, None]
+        lead = tuple(max(m.shape[i] for m in masks) for i in (0, 1))
+        masks = [jnp.broadcast_to(m, (*lead, *m.shape[-2:])) for m in masks]
         mask = jnp.concatenate(masks, axis=-1)
-        mask = mask if mask.ndim == 4 else mask[None] if mask.ndim == 3 else mask[None, None]
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)

@@ -140,9 +140,11 @@ def trained_results(args: argparse.Namespace, base: LMConfig, seeds: list[int], 
     """The runs of `base` at `seeds`: trained, or loaded from (and saved to) `--cache`."""
     import pathlib
 
+    directory = None
     if args.cache is not None:
+        directory = pathlib.Path(args.cache).expanduser()
         try:
-            pathlib.Path(args.cache).expanduser().mkdir(parents=True, exist_ok=True)
+            directory.mkdir(parents=True, exist_ok=True)
         except OSError as error:
             raise common.UsageError(
                 f"--cache: cannot use {args.cache!r}: {error.strerror}"
@@ -152,9 +154,7 @@ def trained_results(args: argparse.Namespace, base: LMConfig, seeds: list[int], 
 
     with Progress(title, "steps", enabled=common.progress_enabled(args)) as progress:
         return trained(
-            [base.replace(seed=s) for s in seeds],
-            directory=pathlib.Path(args.cache).expanduser() if args.cache is not None else None,
-            progress=progress,
+            [base.replace(seed=s) for s in seeds], directory=directory, progress=progress
         )
 
 
@@ -355,9 +355,7 @@ def run_ablate(args: argparse.Namespace) -> int:
 
     enabled = common.progress_enabled(args)
     results = trained_results(args, base, seeds, "lm ablate: train")
-    import jax
-
-    params = jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in results])
+    params = study.stacked_params(results)
     with Progress("lm ablate", "programs", enabled=enabled) as progress:
         report = study.report(base, params, patch=not args.no_patch, progress=progress)
     report["seeds"] = seeds

@@ -47,7 +47,6 @@ from weakspots.sims.decoder.edits import (
     COMPRESSED_KINDS,
     CutLocalEdges,
     HideEntries,
-    PatchEntries,
     V4PartOff,
     apply_edits,
 )
@@ -58,9 +57,11 @@ from weakspots.sims.decoder.interventions import (
     evaluation_rows,
     first_query_correct,
     paired_drop,
+    patched_outcomes,
     phase_drops,
     switched_outcomes,
 )
+from weakspots.sims.decoder.study import stacked_params
 from weakspots.sims.decoder.train import jit, merge
 
 TESTS = (
@@ -172,27 +173,6 @@ def far_sources(config: LMConfig, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     return moved.astype(np.int32), valid
 
 
-@partial(jit, static_argnums=(0, 1))
-def _resampled_outcomes(config: LMConfig, layers: tuple, params, starts, sources, marks, index):
-    """Outcomes `(R, K * chunk)` of the clean rows with the marked entries of each layer in
-    `layers` copied from the source rows (`edits.PatchEntries`)."""
-
-    def per_run(run_params):
-        def chunk(args):
-            rows, source_rows, mark, i = args
-            key = evaluation_key(config, i)
-            clean = placed_batch(key, config.task, rows)
-            source = placed_batch(key, config.task, source_rows)  # same draws, fact moved
-            both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), clean, source)
-            made = [PatchEntries(layer, m) for layer, m in zip(layers, mark, strict=True)]
-            model = apply_edits(merge(config.decoder, run_params), made)
-            return first_query_correct(model, both)[: rows.shape[0]]
-
-        return jax.lax.map(chunk, (starts, sources, marks, index)).reshape(-1)
-
-    return jax.vmap(per_run)(params)
-
-
 def test_outcomes(config: LMConfig, params: nnx.State, test: str, rows: Rows) -> np.ndarray:
     """Outcomes `(R, M)` of stacked runs `params` under one carry test (`TESTS`)."""
     config = config.static
@@ -207,11 +187,11 @@ def test_outcomes(config: LMConfig, params: nnx.State, test: str, rows: Rows) ->
         marks = tuple(
             shape(entry_marks(config, spans, m, o, which) & valid[:, None]) for _, m, o in layers
         )
-        out = _resampled_outcomes(
+        clean_rows, _ = patched_outcomes(
             config, tuple(layer for layer, _, _ in layers), params, jnp.asarray(rows.starts),
             shape(moved), marks, jnp.asarray(rows.index),
         )  # fmt: skip
-        return np.asarray(out)
+        return np.asarray(clean_rows)
     if test.startswith("hide_"):
         layers = compressed_layers(config)
         hide = tuple(layer for layer, _, _ in layers)
@@ -288,7 +268,7 @@ def report(config: LMConfig, results) -> dict:
     """`weakspots lm carry --json`: the config, seeds, the per-phase evaluation of the runs on
     their own sequences (`evaluate.phase_summary`, seeds as clusters: `pooled`) and every
     carry test on the shared set (`carry_tests`). `results`: the `LMResult`s of `config`'s seeds."""
-    params = jax.tree.map(lambda *xs: jnp.stack(xs), *[r.params for r in results])
+    params = stacked_params(results)
     seeds = [r.config.seed for r in results]
     pooled = phase_summary(config, np.stack([r.outcomes for r in results]))
     return {

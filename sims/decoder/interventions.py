@@ -135,10 +135,15 @@ def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts
 
 
 @partial(jit, static_argnums=(0, 1))
-def _patched_outcomes(
-    config: LMConfig, layer: int, params: nnx.State, starts, sources, windows, index
+def patched_outcomes(
+    config: LMConfig, layers: tuple[int, ...], params: nnx.State, starts, sources, windows, index
 ):
-    """Clean rows with patched entries and the source rows: two `(R, K * chunk)` outcome arrays."""
+    """Clean rows with patched entries and the source rows: two `(R, K * chunk)` outcome arrays.
+
+    `starts`, `sources` `(K, chunk, P)`: the clean rows' fact starts and their sources' (same
+    draws, facts moved); `windows`: one `(K, chunk, C)` array per layer of `layers`, the
+    entries of that layer copied from the source (`edits.PatchEntries`).
+    """
 
     def per_run(run_params):
         def chunk(args):
@@ -147,7 +152,8 @@ def _patched_outcomes(
             clean = placed_batch(key, config.task, rows)
             source = placed_batch(key, config.task, source_rows)  # same draws, fact moved
             both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), clean, source)
-            model = edits.PatchEntries(layer, patch).apply(merge(config.decoder, run_params))
+            made = [edits.PatchEntries(layer, w) for layer, w in zip(layers, patch, strict=True)]
+            model = apply_edits(merge(config.decoder, run_params), made)
             correct = first_query_correct(model, both)
             return correct[: rows.shape[0]], correct[rows.shape[0] :]
 
@@ -327,13 +333,13 @@ def patch_entries(
     restored: list[list[float | None]] = [[None] * s for _ in range(s)]
     for target in range(s):
         moved, valid, windows = source_starts(config, flat_starts, rows.value_start, target)
-        out_patched, out_source = _patched_outcomes(
+        out_patched, out_source = patched_outcomes(
             config,
-            layer,
+            (layer,),
             params,
             jnp.asarray(rows.starts),
             jnp.asarray(moved.reshape(rows.starts.shape)),
-            jnp.asarray(windows.reshape(-1, chunk, windows.shape[-1])),
+            (jnp.asarray(windows.reshape(-1, chunk, windows.shape[-1])),),
             jnp.asarray(rows.index),
         )
         out_patched, out_source = np.asarray(out_patched), np.asarray(out_source)

@@ -19,11 +19,11 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
     parser.add_argument("--quiet", action="store_true")
     for arm, design, seq_len in amplifier.cells(size):
         config = amplifier.design_config(size, arm, design, seq_len)
-        line = amplifier.command(config, amplifier.seeds_of(size, design))
+        seeds = amplifier.seeds_of(size, design, arm)
+        line = amplifier.command(config, seeds)
         args = parser.parse_args(shlex.split(line)[3:])
-        assert amplifier.seeds_of(size, design, arm) >= 1
         assert lm_cli.lm_config(args) == config, line
-        assert args.seeds == amplifier.seeds_of(size, design)  # command() was given these
+        assert args.seeds == seeds
         if design not in ("no_local", "dense") and size != "tiny" and arm == "csa":
             assert config.local_window >= 8 * config.stride  # V4's proportions (issue's rule)
         assert config.layer_kinds[0] == "swa"

@@ -21,9 +21,9 @@ Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s
 Everything a study may want to change is an attribute: `compressor` (replace it),
 `local_window`, `rope_compressed`, `use_compressed` (switch a branch off), `hidden_entries`
 (`(B, C)`, True: the entry is hidden from every query) and `cut_spans` (`(B, 2)` token spans
-`[lo, hi]`: no query after `hi` reads a token of its span through the local branch). With
-`record=True` inside `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.model.trace`)
-the layer sows its compressed entries and attention weights.
+`[lo, hi]`: no query after `hi` reads a token of its span through the local branch). Inside
+`nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.model.trace`) the layer sows its
+compressed entries and attention weights (`idealized.decoder.sow`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float, Int
 
+from weakspots.idealized.decoder.sow import sow
 from weakspots.idealized.deepseek_v4 import interleaved_rope
 from weakspots.idealized.operators.base import DECODER, Entries, Heads
 from weakspots.idealized.operators.registry import lookup
@@ -245,6 +246,15 @@ def band_to_dense(probs: Float[Array, "B H T 2W"], window: int) -> Float[Array, 
     return jnp.where(inside, dense, 0.0)
 
 
+def dense_weights(parts: list[Array], local_window: int) -> Float[Array, "B H T K"]:
+    """Attention weights in the dense layout: the compressed entries' parts, then the local
+    band's (last, when `local_window`) spread over all T tokens."""
+    parts = list(parts)
+    if local_window:
+        parts[-1] = band_to_dense(parts[-1], local_window)
+    return jnp.concatenate(parts, axis=-1)
+
+
 def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]:
     """Softmax over the visible entries; a row with none visible is all zeros."""
     scores = jnp.where(mask, scores, MASKED)
@@ -295,7 +305,7 @@ class Attention(nnx.Module):
     def _heads(self, y: Tokens) -> Heads:
         return y.reshape(*y.shape[:2], self.heads, self.head_dim)
 
-    def __call__(self, x: Tokens, *, record: bool = False) -> Tokens:
+    def __call__(self, x: Tokens) -> Tokens:
         batch, length, _ = x.shape
         positions = jnp.arange(length, dtype=jnp.float32)
         q = rotate(self._heads(self.query(x)), positions, self.rope_dim)
@@ -308,9 +318,8 @@ class Attention(nnx.Module):
                 ck, cv = self.compressor(x, k, v)
             else:
                 ck, cv = staggered_entries(self.compressor, x, k, v, self.offsets)
-            if record:
-                self.sow(nnx.Intermediate, "compressed_keys", ck)
-                self.sow(nnx.Intermediate, "compressed_values", cv)
+            sow(self, "compressed_keys", lambda: ck)
+            sow(self, "compressed_values", lambda: cv)
             if self.rope_compressed and self.offsets is not None:
                 ck = rotate_staggered(ck, stride, self.offsets, self.rope_dim)
             elif self.rope_compressed:
@@ -339,11 +348,7 @@ class Attention(nnx.Module):
         probs = masked_softmax(jnp.concatenate(scores, axis=-1), mask)
         splits = [m.shape[-1] for m in masks]
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], axis=-1)
-        if record:  # the local weights in the dense layout: compressed entries, then T tokens
-            recorded = list(parts)
-            if self.local_window:
-                recorded[-1] = band_to_dense(parts[-1], self.local_window)
-            self.sow(nnx.Intermediate, "attention", jnp.concatenate(recorded, axis=-1))
+        sow(self, "attention", lambda: dense_weights(parts, self.local_window))
         heads = sum(
             jnp.einsum("bhtc,bchd->bthd", p, val)
             for p, val in zip(parts[: len(values)], values, strict=True)

@@ -17,6 +17,7 @@ from jaxtyping import Array, Float, Int
 
 from weakspots.idealized.decoder.attention import Attention, make_compressor
 from weakspots.idealized.decoder.config import V4_KINDS, DecoderConfig
+from weakspots.idealized.decoder.sow import sow
 from weakspots.idealized.decoder.v4_attention import V4Attention
 from weakspots.idealized.rope import ROPE_THETA
 
@@ -118,12 +119,11 @@ class Block(nnx.Module):
         else:
             self.mlp_norm = self.mlp = None
 
-    def __call__(self, x, *, record: bool = False):
-        x = x + self.attention(self.attention_norm(x), record=record)
+    def __call__(self, x):
+        x = x + self.attention(self.attention_norm(x))
         if self.mlp is not None:
             x = x + self.mlp(self.mlp_norm(x))
-        if record:
-            self.sow(nnx.Intermediate, "residual", x)
+        sow(self, "residual", lambda: x)
         return x
 
 
@@ -137,13 +137,11 @@ class Decoder(nnx.Module):
         self.norm = nnx.RMSNorm(config.d_model, rngs=rngs)
         self.unembed = nnx.Linear(config.d_model, config.vocab, use_bias=False, rngs=rngs)
 
-    def __call__(
-        self, tokens: Int[Array, "B T"], *, record: bool = False, start: int = 0
-    ) -> Float[Array, "B T-start V"]:
+    def __call__(self, tokens: Int[Array, "B T"], *, start: int = 0) -> Float[Array, "B T-start V"]:
         """Next-token logits of positions `start:` (every layer still runs on all `T` tokens)."""
         x = self.embed(tokens)
         for block in self.blocks:
-            x = block(x, record=record)
+            x = block(x)
         return self.unembed(self.norm(x[:, start:]))
 
     def pooling_weights(self) -> list[Float[Array, "H s"] | None]:
@@ -158,8 +156,7 @@ def trace(model: Decoder, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
     K visible slots (compressed entries first, then local tokens), and, for compressed
     layers, `compressed_keys` / `compressed_values` (B, C, H, hd; keys before RoPE).
     """
-    forward = nnx.capture(lambda m, t: m(t, record=True), nnx.Intermediate)
-    return forward(model, tokens)
+    return nnx.capture(model, nnx.Intermediate)(tokens)
 
 
 def init_decoder(config: DecoderConfig, key) -> Decoder:

@@ -32,7 +32,7 @@ Edits set `hidden_entries` `(B, C)` (those entries gone for the indexer and the 
 and `cut_spans` `(B, 2)` (the local branch's edges from later queries into each row's span
 cut), as in `idealized.decoder.attention`.
 
-With `record=True` inside `nnx.capture(..., nnx.Intermediate)` the layer sows
+Inside `nnx.capture(..., nnx.Intermediate)` the layer sows (`idealized.decoder.sow`)
 `attention` (B, H, T, C + T: compressed entries, then the local tokens in the dense
 layout), `compressed_keys` / `compressed_values` (B, C, H, hd, before RoPE); inside
 `nnx.capture(..., IndexerStat)` it sows `indexer_kl` and `indexer_recall`
@@ -48,15 +48,16 @@ from jaxtyping import Array, Bool, Float
 
 from weakspots.idealized.decoder.attention import (
     MASKED,
-    band_to_dense,
     compressed_visibility,
     cut_band,
+    dense_weights,
     local_band_visibility,
     local_mix,
     local_scores,
     masked_softmax,
     rotate,
 )
+from weakspots.idealized.decoder.sow import capturing, sow
 from weakspots.idealized.deepseek_v4 import ape_pooling_weights, deepseek_v4, rms_norm
 from weakspots.idealized.operators.base import complete
 from weakspots.idealized.rope import ROPE_THETA
@@ -300,7 +301,7 @@ class V4Attention(nnx.Module):
     def _per_query_head(self, y: Float[Array, "B N G hd"]) -> Float[Array, "B N H hd"]:
         return jnp.broadcast_to(y, (*y.shape[:2], self.heads, y.shape[-1]))
 
-    def __call__(self, x: Tokens, *, record: bool = False) -> Tokens:
+    def __call__(self, x: Tokens) -> Tokens:
         batch, length, _ = x.shape
         hd = self.head_dim
         positions = jnp.arange(length, dtype=jnp.float32)
@@ -319,9 +320,9 @@ class V4Attention(nnx.Module):
         entries = None
         if self.compressor is not None and length >= self.stride:
             entries = self.compressor(x)  # (B, C, G, hd)
-            if record:
-                self.sow(nnx.Intermediate, "compressed_keys", self._per_query_head(entries))
-                self.sow(nnx.Intermediate, "compressed_values", self._per_query_head(entries))
+            raw = entries
+            sow(self, "compressed_keys", lambda: self._per_query_head(raw))
+            sow(self, "compressed_values", lambda: self._per_query_head(raw))
             starts = jnp.arange(entries.shape[1], dtype=jnp.float32) * self.stride
             entries = self._per_query_head(turn(entries, starts))
             logits = jnp.einsum("bthd,bchd->bhtc", q, entries) * scale
@@ -335,7 +336,7 @@ class V4Attention(nnx.Module):
                     jax.lax.stop_gradient(x), jax.lax.stop_gradient(query_input)
                 )
                 mask = top_k_mask(index_scores, seen, self.index_topk)[:, None]
-                if record:
+                if capturing(self, IndexerStat):
                     kl, recall = indexer_statistics(logits, index_scores, visible, self.index_topk)
                     self.sow(IndexerStat, "indexer_kl", kl)
                     self.sow(IndexerStat, "indexer_recall", recall)
@@ -361,11 +362,8 @@ class V4Attention(nnx.Module):
             out = out + jnp.einsum("bhtc,bchd->bthd", parts[0], entries)
         if self.local_window:
             out = out + local_mix(parts[-2], kv.transpose(0, 2, 1, 3), self.local_window)
-        if record and len(parts) > 1:
-            recorded = list(parts[:-1])
-            if self.local_window:
-                recorded[-1] = band_to_dense(recorded[-1], self.local_window)
-            self.sow(nnx.Intermediate, "attention", jnp.concatenate(recorded, axis=-1))
+        if len(parts) > 1:
+            sow(self, "attention", lambda: dense_weights(parts[:-1], self.local_window))
         out = turn(out, -positions)  # the values carry RoPE (K = V): undo it at the query
         if self.o_a is not None:
             grouped = out.reshape(batch, length, self.o_groups, -1)

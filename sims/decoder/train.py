@@ -26,13 +26,13 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.decoder.config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.recall import RecallBatch, sample_batch
 from weakspots.idealized.decoder.v4_attention import IndexerStat
 from weakspots.idealized.precision import float64
 from weakspots.sims.runs.progress import Progress
-from weakspots.sims.toy.train import TrainingDiverged
+from weakspots.sims.toy.train import TrainingDiverged, stack_hyper
 
 DTYPE = jnp.float32
 # The decoder's programs compile with XLA's default options rather than `idealized.xla.jit`'s:
@@ -55,9 +55,7 @@ class LMHyper(eqx.Module):
     @staticmethod
     def stack(configs: Sequence[LMConfig]) -> LMHyper:
         """Stack the hyperparameters of configs that share `LMConfig.static`."""
-        values = {k: [getattr(c, k) for c in configs] for k in LM_HYPER_FIELDS}
-        floats = {k: jnp.asarray(v, DTYPE) for k, v in values.items() if k != "seed"}
-        return LMHyper(**floats, seed=jnp.asarray(values["seed"], jnp.uint32))
+        return stack_hyper(LMHyper, configs)
 
 
 class LMState(eqx.Module):
@@ -182,9 +180,7 @@ def indexer_statistics(
     (`idealized.decoder.v4_attention.indexer_statistics`).
     """
     model = merge(config.decoder, params)
-    forward = nnx.capture(
-        lambda m, t: m(t, record=True, start=config.task.context_len), IndexerStat
-    )
+    forward = nnx.capture(lambda m, t: m(t, start=config.task.context_len), IndexerStat)
     logits, stats = forward(model, tokens)
     flat = dict(nnx.to_flat_state(stats))
     kl = [v.get_value()[0] for path, v in flat.items() if path[-1] == "indexer_kl"]

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Sequence
 from functools import partial
+from typing import TypeVar
 
 import equinox as eqx
 import jax
@@ -27,7 +28,7 @@ from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.toy.config import HYPER_FIELDS, ConfigError, TrainConfig
+from weakspots.idealized.toy.config import ConfigError, TrainConfig
 from weakspots.idealized.toy.loss import (
     batch_logits,
     correct,
@@ -41,12 +42,22 @@ from weakspots.idealized.xla import jit
 from weakspots.sims.runs.progress import Progress
 
 DTYPE = jnp.float32
+H = TypeVar("H", bound=eqx.Module)
 EVAL_SUBBATCH_KEYS = 256  # needles per evaluation slice when real keys are drawn (bounds memory)
 
 
 class TrainingDiverged(RuntimeError):
     """A run's loss became non-finite, or its learned gain left `(0, inf)`; the message
     names the run and the step."""
+
+
+def stack_hyper(cls: type[H], configs: Sequence) -> H:
+    """`cls` (an `eqx.Module` of shape-free hyperparameters) with each field stacked over
+    `configs`, read by name: float32 arrays, the `seed` uint32."""
+    names = [field.name for field in dataclasses.fields(cls)]
+    values = {k: [getattr(c, k) for c in configs] for k in names}
+    floats = {k: jnp.asarray(v, DTYPE) for k, v in values.items() if k != "seed"}
+    return cls(**floats, seed=jnp.asarray(values["seed"], jnp.uint32))
 
 
 class Hyper(eqx.Module):
@@ -61,9 +72,7 @@ class Hyper(eqx.Module):
     @staticmethod
     def stack(configs: Sequence[TrainConfig]) -> Hyper:
         """Stack the hyperparameters of configs that share `TrainConfig.static`."""
-        values = {k: [getattr(c, k) for c in configs] for k in HYPER_FIELDS}
-        floats = {k: jnp.asarray(v, DTYPE) for k, v in values.items() if k != "seed"}
-        return Hyper(**floats, seed=jnp.asarray(values["seed"], jnp.uint32))
+        return stack_hyper(Hyper, configs)
 
 
 class TrainState(eqx.Module):

@@ -270,7 +270,7 @@ def test_banded_local_branch_equals_dense_masked_attention(length, window, opera
     )
     x = jnp.asarray(np.random.default_rng(length).standard_normal((2, length, D)), jnp.float32)
     graph, state = nnx.split(layer)
-    record = nnx.capture(lambda m, x: m(x, record=True), nnx.Intermediate)
+    record = nnx.capture(lambda m, x: m(x), nnx.Intermediate)
     banded, sown = jax.jit(lambda st, x: record(nnx.merge(graph, st), x))(state, x)
     want, want_probs = jax.jit(lambda st, x: dense_masked(nnx.merge(graph, st), x))(state, x)
     np.testing.assert_allclose(np.asarray(banded), np.asarray(want), atol=1e-5, rtol=0)

@@ -172,6 +172,7 @@ def test_indexer_statistics_against_closed_forms():
     assert float(recall) == pytest.approx(0.125, abs=1e-7)
 
 
+@pytest.mark.slow
 def test_indexer_loss_trains_the_indexer_alone():
     """The KL's gradient reaches only the indexer's parameters; the output's reaches none of them."""
     module = layer("csa")
@@ -179,7 +180,7 @@ def test_indexer_loss_trains_the_indexer_alone():
     x = hidden()
 
     def kl(params):
-        forward = nnx.capture(lambda m, x: m(x, record=True), IndexerStat)
+        forward = nnx.capture(lambda m, x: m(x), IndexerStat)
         _, stats = forward(nnx.merge(graph, params), x)
         return stats["indexer_kl"][0]
 
@@ -243,6 +244,7 @@ def test_lm_ablate_refuses_v4_layers(capsys):
     assert "--layout" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_design_v4_layout_builds_and_one_training_step_runs():
     """`--design v4` with `--layers 2` lays out V4's schedule (a sliding layer, then csa); one
     jitted AdamW step on its training loss (indexer KL included) is finite and moves both the

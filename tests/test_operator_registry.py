@@ -115,6 +115,7 @@ def test_a_new_operator_trains_in_the_toy(last_pool):
         np.testing.assert_array_equal(result.history.pooling_weights[-1], one_hot_last(2, STRIDE))
 
 
+@pytest.mark.slow
 def test_a_new_operator_runs_in_the_decoder(last_pool):
     config = LMConfig(operator="last_pool", **LM)
     layer = attention.make_compressor(

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import weakspots.theory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,6 +71,7 @@ print("README CLAIMS HOLD")
 """
 
 
+@pytest.mark.slow
 def test_readme_python_blocks_run_as_written(tmp_path):
     script = python_blocks(README)
     assert "weakspots.train(" in script and "weakspots.run_sweep(" in script

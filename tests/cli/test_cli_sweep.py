@@ -100,6 +100,7 @@ def test_reference_has_every_run_once(setup):
     assert np.isfinite(reference["final_loss"]).all()
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted(setup, tmp_path):
     root, spec, env, reference = setup
     rng = np.random.default_rng(0)
@@ -125,6 +126,7 @@ def test_sigkill_then_resume_equals_uninterrupted(setup, tmp_path):
     pd.testing.assert_frame_equal(_table(killed), reference)
 
 
+@pytest.mark.slow
 def test_four_devices_equal_one_and_hold_the_runs(setup, tmp_path):
     root, spec, env, reference = setup
     script = textwrap.dedent(
@@ -310,6 +312,7 @@ def test_bad_sweep_input_exits_2_with_one_line_before_any_run(case, flag, tmp_pa
     )  # nothing trained
 
 
+@pytest.mark.slow
 def test_a_reader_that_stops_early_ends_the_verb_quietly(tmp_path):
     """`weakspots sweep --dry-run | head`: exit 141 (SIGPIPE's code), nothing on stderr."""
     spec = tmp_path / "spec.toml"

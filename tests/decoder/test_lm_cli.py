@@ -37,6 +37,7 @@ def test_bad_flags_exit_2_with_one_line(flags, flag, capsys):
     assert len(err.splitlines()) == 1 and flag in err
 
 
+@pytest.mark.slow
 def test_seeds_give_per_seed_lists_and_a_pooled_summary(capsys):
     assert main(["lm", "train", *TINY, "--seeds", "2", "--json", "--quiet"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -45,6 +45,7 @@ def tokens(config, rows=3, seed=1):
     return jax.random.randint(jax.random.key(seed), (rows, config.seq_len), 0, config.task.vocab)
 
 
+@pytest.mark.slow
 def test_head_ablation_equals_zeroing_that_heads_values():
     """Zeroing head h's rows of the output projection = zeroing its value projection (another route)."""
     config = LMConfig(**TINY, operator="softmax_pool")
@@ -237,6 +238,7 @@ def _alone(config, state, intervention, rows):
     return np.concatenate([np.asarray(_correct(config, graph, state, x, i)) for x, i in chunks])
 
 
+@pytest.mark.slow
 def test_deepseek_v4_decoders_are_ablated_as_each_run_evaluated_alone():
     """The ablation pipeline on `deepseek_v4` decoders, with one run in many worlds (`ablate_lm`)
     and one world of two runs (a switch): unit axes on which a program of nested vmaps crashed

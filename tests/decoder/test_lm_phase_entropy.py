@@ -61,6 +61,7 @@ def test_the_term_alone_pushes_pooling_toward_uniform():
     assert after <= np.log(config.stride) + 1e-6  # the maximum: uniform pooling
 
 
+@pytest.mark.slow
 def test_zero_weight_leaves_training_bit_identical():
     """At weight 0 the step's objective traces to the very program of `sequence_loss` (so
     training is bit-identical); at weight W it adds `-W * pooling_entropy`."""

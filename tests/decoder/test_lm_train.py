@@ -103,6 +103,7 @@ def test_flop_count_matches_the_dots_of_the_forward(layout, window, local_window
     assert lm_train.model_flops_per_step(config) / 3 == pytest.approx(counted, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_loss_on_the_query_logits_equals_the_loss_on_every_logit():
     """`sequence_loss` unembeds only the query section; every scored position lies there,
     so the mean over the full logits is the same number (float32 rounding of a mean of

@@ -94,6 +94,7 @@ def test_each_experiment_runs_at_its_own_size_and_the_store_keeps_sizes_and_vers
     assert all(set(e.sizes) == {"tiny", "quick", "full"} for e in EXPERIMENTS)
 
 
+@pytest.mark.slow
 def test_linear_growth_rows_pass_and_a_wrong_prediction_fails():
     results, predictions, rows = evaluate(linear_growth.EXPERIMENT, "quick")
     assert len(rows) == sum(case[-1] for case in linear_growth.CASES.values())

@@ -42,6 +42,7 @@ def _rows(out: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     repro = _paper_repro()
     # One Monte Carlo dimension: each (N, d) compiles its own sampler, and the test needs none more.
@@ -154,6 +155,7 @@ def test_job_groups_keep_each_experiment_with_its_closest_sharer():
     assert experiments.job_groups(EXPERIMENTS, "quick", 1) == [list(EXPERIMENTS)]
 
 
+@pytest.mark.slow
 def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
     # train_planned(workers > 1) trains several structures at once in threads, costliest
     # first; each structure is batched as it is alone, so the numbers are the same bit for bit.

@@ -26,6 +26,7 @@ def test_config_refuses():
     assert err.value.field == "heads"
 
 
+@pytest.mark.slow
 def test_selected_fraction_is_the_miss_probability():
     config = sm.SelectionTrainConfig(stride=4, chunks=40, topk=4, dim=16)
     weights = np.array([0.4, 0.3, 0.2, 0.1])
@@ -39,6 +40,7 @@ def test_selected_fraction_is_the_miss_probability():
     assert np.all(np.abs(measured - want) < Z_TOL * se)
 
 
+@pytest.mark.slow
 def test_reduced_loss_gradients_are_the_large_d_models():
     config = sm.SelectionTrainConfig(stride=4, chunks=32, topk=8, gain=8.0, dim=10**5, init_scale=0.3, seed=2)
     model = sm.init_model_for_seed(2, config, 8.0, 0.3)

@@ -230,6 +230,7 @@ def _env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "WEAKSPOTS_JAX_CACHE": "off"}
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_asks_no_stored_trial_again_and_gives_the_same_table(tmp_path):
     slow = serve(MODEL, name="weak", delay=0.03)
     store = tmp_path / "store"
@@ -306,6 +307,7 @@ def test_a_store_holding_the_scan_needs_resume(tmp_path, server, capsys):
     assert sum(server.requests.values()) == asked and again["trials"] == 2 * S
 
 
+@pytest.mark.slow
 def test_ctrl_c_ends_the_probe_in_one_line_with_code_130(tmp_path):
     slow = serve(MODEL, name="weak", delay=0.05)
     try:

@@ -102,6 +102,7 @@ def test_batches_are_equal_and_bounded():
     assert max(sweep.batch_sizes(1000, 7, 3)) <= 21
 
 
+@pytest.mark.slow
 def test_train_sweep_equals_runs_trained_alone(tmp_path):
     # Batched (2 runs + a padded one), the numbers equal each config trained by itself.
     spec = sweep.parse_spec({"fixed": TINY, "grid": {"gain": [8, 16], "seed": [0, 3]}})
@@ -123,6 +124,7 @@ def test_train_sweep_equals_runs_trained_alone(tmp_path):
     assert (again.ran, again.skipped) == (0, 3)
 
 
+@pytest.mark.slow
 def test_flow_sweep_equals_flows_solved_alone(tmp_path):
     fixed = {"chunks": 16, "init_scale": 0.05, "t1": 40.0, "saves": 5}
     runs = sweep.parse_spec(

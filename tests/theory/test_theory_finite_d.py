@@ -101,6 +101,7 @@ def test_growth_rate_tends_to_the_closed_form_and_shifts_the_threshold():
     assert theory.critical_gain_finite_d(n_c, S, 64) == pytest.approx(GAIN, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_corrected_flow_is_the_reduced_flow_at_large_d_and_takes_d_per_run():
     start = 0.3 * jax.random.normal(jax.random.key(3), (1, 1, S))
     fields = dict(stride=S, chunks=N, gain=GAIN, t1=100.0, saves=3, rtol=1e-7)

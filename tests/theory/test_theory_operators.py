@@ -95,6 +95,7 @@ def _module_loss_and_needle_logits(dim, ape, gain, chunks, seed, batch=128, batc
     return np.concatenate(losses).mean(), np.concatenate(needles).mean(0)
 
 
+@pytest.mark.slow
 def test_infinite_d_logits_and_loss_match_the_module():
     chunks, gain = 8, 16.0
     ape = jnp.array([1.0, 0.5, 0.0, -0.3, 0.2, -1.0, 0.7, 0.1])

@@ -198,6 +198,7 @@ def test_a_run_does_not_depend_on_the_runs_solved_with_it():
         )
 
 
+@pytest.mark.slow
 def test_one_compilation_per_static_group_serves_every_hyperparameter():
     heads2 = dict(heads=2, stride=8)
     first = canonical(gain=16.0, init_scale=1e-2) + canonical(gain=12.0, **heads2)

@@ -61,6 +61,7 @@ def test_ablation_matches_prediction_on_a_hand_built_model():
     assert np.all(np.asarray(report["corrupted_accuracy"]) < 1 / config.chunks + 0.05)
 
 
+@pytest.mark.slow
 def test_permuting_heads_permutes_the_effect_matrix():
     config = TrainConfig(heads=4, eval_samples=256)
     weights = _specialised()
@@ -97,6 +98,7 @@ def _check_trained_four_heads(config):
     assert np.all(np.asarray(report["phase_accuracy"])[uncovered] < 0.1)
 
 
+@pytest.mark.slow
 def test_trained_four_heads_ablation_short():
     _check_trained_four_heads(TrainConfig(heads=4, steps=400, eval_samples=256))
 
@@ -113,6 +115,7 @@ def test_identical_heads_readout_equals_the_exact_single_head_quadrature():
     assert exact[0] > 0.95 and exact[-1] < 0.05
 
 
+@pytest.mark.slow
 def test_head_average_dilutes_a_covering_head_and_adds_weak_votes():
     # A phase held by one sharp head among 8 loses against the others' distractor noise,
     # which the best-head rule ignores; the readout prediction follows the simulation.

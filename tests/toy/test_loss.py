@@ -40,6 +40,7 @@ def _reduced_loss(alpha, gain, chunks):
     return chunks / (chunks - 1) * np.mean((1 - sigma) ** 2)
 
 
+@pytest.mark.slow
 def test_expected_loss_approaches_the_reduced_loss_as_d_grows():
     """The finite-d expected loss tends to L_inf with a gap that shrinks like 1/d."""
     chunks, stride, gain = 16, 4, 8.0

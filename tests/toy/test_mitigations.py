@@ -49,6 +49,7 @@ def test_offset_ensemble_covers_every_phase_as_predicted():
     assert np.asarray(plain)[1:].max() < 0.1  # without the ensemble only phase 0 is retrieved
 
 
+@pytest.mark.slow
 def test_overlap_accuracy_matches_prediction():
     config = TrainConfig(overlap=True, eval_samples=256)
     weights = np.full((1, 16), 0.01)

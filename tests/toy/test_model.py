@@ -53,6 +53,7 @@ def test_gain_gets_a_gradient_only_when_learned(learn_gain):
     np.testing.assert_allclose(model.gain, [5.0])
 
 
+@pytest.mark.slow
 def test_identity_projections_change_nothing_at_init():
     plain = ModelConfig(stride=4, chunks=6, dim=8, heads=2)
     projected = ModelConfig(stride=4, chunks=6, dim=8, heads=2, learn_projections=True)

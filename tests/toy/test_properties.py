@@ -182,6 +182,7 @@ def test_a_config_is_canonical_or_refused_naming_its_flag(values):
 CONFIGS = st.one_of(coherent_values(), flag_values())
 
 
+@pytest.mark.slow
 @settings(max_examples=5, derandomize=True, deadline=None)
 @given(CONFIGS)
 def test_train_gives_finite_outputs_or_one_line(values):

@@ -80,6 +80,17 @@ def _check_kind(config, heads, loss, learn_gain, operator=None) -> None:
         raise ConfigError("operator", f"must be one of {', '.join(OPERATORS)} for the footprint model, got {operator!r}")
 
 
+def _footprint_fields(config, parent: type) -> None:
+    """Cast and check the fields the footprint configs add (window, carry and decoy gains),
+    with `parent`'s own checks (the config class the footprint one extends) between."""
+    object.__setattr__(config, "carry_gain", float(config.carry_gain))
+    object.__setattr__(config, "decoy_gain", float(config.decoy_gain))
+    parent.__post_init__(config)
+    _int_at_least("window", config.window, 1)
+    _nonnegative_finite("carry_gain", config.carry_gain)
+    _nonnegative_finite("decoy_gain", config.decoy_gain)
+
+
 @dataclass(frozen=True)
 class FootprintTrainConfig(TrainConfig):
     """A `TrainConfig` for the footprint model (`sims.toy.train.train_many` trains it).
@@ -96,12 +107,7 @@ class FootprintTrainConfig(TrainConfig):
     decoy_gain: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "carry_gain", float(self.carry_gain))
-        object.__setattr__(self, "decoy_gain", float(self.decoy_gain))
-        super().__post_init__()
-        _int_at_least("window", self.window, 1)
-        _nonnegative_finite("carry_gain", self.carry_gain)
-        _nonnegative_finite("decoy_gain", self.decoy_gain)
+        _footprint_fields(self, TrainConfig)
         _check_kind(self, self.heads, self.loss, self.learn_gain, self.operator)
         for flag in ("learn_projections", "rope_anchor", "stagger", "overlap"):
             if getattr(self, flag):
@@ -126,12 +132,7 @@ class FootprintFlowConfig(FlowConfig):
     decoy_gain: float = 0.0
 
     def __post_init__(self):
-        object.__setattr__(self, "carry_gain", float(self.carry_gain))
-        object.__setattr__(self, "decoy_gain", float(self.decoy_gain))
-        super().__post_init__()
-        _int_at_least("window", self.window, 1)
-        _nonnegative_finite("carry_gain", self.carry_gain)
-        _nonnegative_finite("decoy_gain", self.decoy_gain)
+        _footprint_fields(self, FlowConfig)
         _check_kind(self, self.heads, self.loss, self.learn_gain)
         if self.dim is not None:
             raise ConfigError("dim", "the footprint flow is the d = inf loss: omit --dim")

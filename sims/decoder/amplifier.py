@@ -13,9 +13,8 @@ off at inference in the trained design.
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
 `command`, a `weakspots lm carry` line that reproduces it): at CSA, V4's design and its
-control with 4 seeds, the top-k, the sinks and the local branch off and two-token keys with
-2; at HCA, V4's design and its control with 2 (shared KV and q/kv norms off are trained at
-`full` only); `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16,
+control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
+local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16,
 phases counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
 """
@@ -63,7 +62,7 @@ SIZES: dict[str, dict] = {
     ),
     "quick": dict(
         config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
-        arms=("csa", "hca"), designs=("v4", "no_topk", "no_sink", "no_local", "dense", "key_len2"),
+        arms=("csa", "hca"), designs=tuple(ABLATIONS),
         seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
         arm_designs={"hca": ("v4", "dense")}, arm_seeds={"hca": 2}, arm_seq_lens={"hca": (136,)},

@@ -19,7 +19,7 @@ from weakspots.sims.decoder.train import LMHyper
 from weakspots.sims.toy.train import Hyper
 
 CONFIG = DecoderConfig(
-    vocab=12, layer_kinds=("swa", "csa", "hca"), d_model=16, heads=2, stride=4, hca_stride=8,
+    vocab=12, layer_kinds=("csa",), d_model=16, heads=2, stride=4, hca_stride=8,
     window=4, rope_dim=4, indexer_topk=2,
 )  # fmt: skip
 T = 24
@@ -39,13 +39,14 @@ def leaves(model: nnx.Module) -> dict:
 
 def test_a_plain_call_stores_nothing_and_equals_the_traced_logits():
     """A plain call adds no variable to the model (flax's `sow` outside a capture would,
-    with a warning the suite turns into an error), and its logits are the traced call's."""
+    with a warning the suite turns into an error; `nnx.jit` carries a module's new
+    variables back out), and its logits are the traced call's."""
     model = decoder()
     before = leaves(model)
-    plain = model(tokens())
+    plain = nnx.jit(lambda m, t: m(t))(model, tokens())
     after = leaves(model)
     assert before.keys() == after.keys()
-    traced, sown = trace(model, tokens())
+    traced, sown = nnx.jit(trace)(model, tokens())
     np.testing.assert_array_equal(np.asarray(plain), np.asarray(traced))
     assert leaves(model).keys() == before.keys()  # the capture leaves nothing behind
     flat = {path[-1] for path, _ in nnx.to_flat_state(sown)}
@@ -53,13 +54,13 @@ def test_a_plain_call_stores_nothing_and_equals_the_traced_logits():
 
 
 def test_each_capture_collects_its_own_kind():
-    """Capturing `IndexerStat` collects the indexer's statistics (one csa layer) and none of
+    """Capturing `IndexerStat` collects the indexer's statistics (its one csa layer) and none of
     the `nnx.Intermediate` values; capturing `nnx.Intermediate` collects no statistics."""
     model = decoder()
-    _, stats = nnx.capture(lambda m, t: m(t), IndexerStat)(model, tokens())
+    _, stats = nnx.jit(nnx.capture(lambda m, t: m(t), IndexerStat))(model, tokens())
     names = [path[-1] for path, _ in nnx.to_flat_state(stats)]
     assert sorted(names) == ["indexer_kl", "indexer_recall"]
-    _, sown = trace(model, tokens())
+    _, sown = nnx.jit(trace)(model, tokens())
     assert not {"indexer_kl", "indexer_recall"} & {p[-1] for p, _ in nnx.to_flat_state(sown)}
 
 

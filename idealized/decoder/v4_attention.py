@@ -320,9 +320,8 @@ class V4Attention(nnx.Module):
         entries = None
         if self.compressor is not None and length >= self.stride:
             entries = self.compressor(x)  # (B, C, G, hd)
-            raw = entries
-            sow(self, "compressed_keys", lambda: self._per_query_head(raw))
-            sow(self, "compressed_values", lambda: self._per_query_head(raw))
+            sow(self, "compressed_keys", lambda: self._per_query_head(entries))
+            sow(self, "compressed_values", lambda: self._per_query_head(entries))
             starts = jnp.arange(entries.shape[1], dtype=jnp.float32) * self.stride
             entries = self._per_query_head(turn(entries, starts))
             logits = jnp.einsum("bthd,bchd->bhtc", q, entries) * scale

@@ -14,8 +14,9 @@ Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the rep
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
 `command`, a `weakspots lm carry` line that reproduces it): at CSA, V4's design and its
 control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
-local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16,
-phases counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
+local branch) and two-token keys with 2; at HCA, V4's design and its control with 2.
+`full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
+counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
 """
 

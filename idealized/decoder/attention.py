@@ -18,12 +18,21 @@ its key is rotated to its window's first position `o_h + w s`.
 
 Shapes: B sequences, T tokens, D model width, H heads, hd head width, C = T // s entries.
 
+Selection (`index_topk > 0`, no stagger): DeepSeek-V4's Lightning Indexer
+(`idealized.decoder.v4_attention.LightningIndexer`, with its own overlapping V4 compressor)
+scores every entry for every query from the detached layer input, and the compressed branch
+reads only the visible entries among each query's top `index_topk`, as V4's csa layer
+(`V4Attention`) does; the choice passes no gradient, the indexer learns from its KL to the
+main attention (`indexer_kl`, captured as `IndexerStat`).
+
 Everything a study may want to change is an attribute: `compressor` (replace it),
-`local_window`, `rope_compressed`, `use_compressed` (switch a branch off), `hidden_entries`
-(`(B, C)`, True: the entry is hidden from every query) and `cut_spans` (`(B, 2)` token spans
-`[lo, hi]`: no query after `hi` reads a token of its span through the local branch). Inside
+`local_window`, `rope_compressed`, `use_compressed` (switch a branch off), `indexer` (None:
+every visible entry read), `hidden_entries` (`(B, C)`, True: the entry is hidden from every
+query and from the indexer) and `cut_spans` (`(B, 2)` token spans `[lo, hi]`: no query after
+`hi` reads a token of its span through the local branch). Inside
 `nnx.capture(..., nnx.Intermediate)` (see `idealized.decoder.model.trace`) the layer sows its
-compressed entries and attention weights (`idealized.decoder.sow`).
+compressed entries, attention weights and, with an indexer, the entries it kept
+(`idealized.decoder.sow`).
 """
 
 from __future__ import annotations
@@ -273,8 +282,14 @@ class Attention(nnx.Module):
         local_window: the uncompressed branch sees the last `local_window` tokens (0: none).
         rope_dim: RoPE channels per head.
         stagger: head h's compressed windows start `h s // H` tokens later (module docstring).
+        index_topk: compressed entries each query keeps by DeepSeek-V4's Lightning Indexer
+            (0: no indexer, every visible entry read; not with `stagger`).
+        index_heads, index_dim: the indexer's heads and head width; its RoPE covers
+            `min(rope_dim, index_dim)` channels (even), base `ROPE_THETA`.
 
-    Call: `x (B, T, D) -> (B, T, D)`; `T` a multiple of the compressor's stride.
+    Call: `x (B, T, D) -> (B, T, D)`; `T` a multiple of the compressor's stride. Sows
+    `compressed_keys`, `compressed_values` (B, C, H, hd, keys before RoPE), `attention`
+    (B, H, T, K) and, with an indexer, `selected` (B, T, C bool: the entries kept per query).
     """
 
     def __init__(
@@ -286,10 +301,16 @@ class Attention(nnx.Module):
         local_window: int,
         rope_dim: int,
         stagger: bool = False,
+        index_topk: int = 0,
+        index_heads: int = 4,
+        index_dim: int = 16,
         rngs: nnx.Rngs,
     ):
         if compressor is None and local_window == 0:
             raise ValueError("attention needs a compressed branch or a local window")
+        if index_topk and (compressor is None or stagger):
+            raise ValueError("the indexer selects unstaggered compressed entries: needs a "
+                             "compressor and no stagger")  # fmt: skip
         self.heads, self.head_dim = heads, d_model // heads
         self.rope_dim = rope_dim
         linear = lambda: nnx.Linear(d_model, d_model, use_bias=False, rngs=rngs)  # noqa: E731
@@ -301,6 +322,17 @@ class Attention(nnx.Module):
         self.hidden_entries = self.cut_spans = None
         stride = compressor.stride if compressor is not None else 1
         self.offsets = stagger_offsets(stride, heads) if stagger else None
+        self.index_topk = index_topk
+        if index_topk:  # last: the parameters above draw as in a layer without an indexer
+            # imported here: v4_attention imports this module
+            from weakspots.idealized.decoder.v4_attention import LightningIndexer
+
+            width = min(rope_dim, index_dim - index_dim % 2)
+            self.indexer = LightningIndexer(
+                stride, d_model, d_model, index_heads, index_dim, width, ROPE_THETA, rngs=rngs
+            )
+        else:
+            self.indexer = None
 
     def _heads(self, y: Tokens) -> Heads:
         return y.reshape(*y.shape[:2], self.heads, self.head_dim)
@@ -326,7 +358,9 @@ class Attention(nnx.Module):
                 starts = jnp.arange(length // stride, dtype=jnp.float32) * stride
                 ck = rotate(ck, starts, self.rope_dim)
             scores.append(jnp.einsum("bthd,bchd->bhtc", q, ck) * scale)
-            if self.offsets is None:
+            if self.indexer is not None:
+                masks.append(self._selected(x, scores[-1])[:, None])
+            elif self.offsets is None:
                 masks.append(compressed_visibility(length, stride))
             else:
                 masks.append(staggered_visibility(length, stride, self.offsets))
@@ -336,8 +370,8 @@ class Attention(nnx.Module):
             scores.append(local_scores * scale)
             masks.append(local_mask)
         # every mask (B or 1, H or 1, T, K): per-head ones come from staggered windows,
-        # per-row ones from the edits `hidden_entries` and `cut_spans`
-        masks = [m[None] if m.ndim == 3 else m[None, None] for m in masks]
+        # per-row ones from the indexer and the edits `hidden_entries` and `cut_spans`
+        masks = [m[None, None] if m.ndim == 2 else m[None] if m.ndim == 3 else m for m in masks]
         if self.hidden_entries is not None and self.use_compressed:
             masks[0] = masks[0] & ~self.hidden_entries[:, None, None, :]
         if self.cut_spans is not None and self.local_window:
@@ -356,6 +390,19 @@ class Attention(nnx.Module):
         if self.local_window:
             heads = heads + local_mix(parts[-1], local_values, self.local_window)
         return self.out(heads.reshape(batch, length, -1))
+
+    def _selected(self, x: Tokens, logits: Float[Array, "B H T C"]) -> Bool[Array, "B T C"]:
+        """The visible entries among each query's top `index_topk` by the indexer's scores
+        (hidden entries gone for the indexer too), as `V4Attention` selects them."""
+        from weakspots.idealized.decoder.v4_attention import indexer_selection
+
+        visible = compressed_visibility(x.shape[1], self.compressor.stride)
+        seen = visible
+        if self.hidden_entries is not None:
+            seen = visible[None] & ~self.hidden_entries[:, None, :]
+        detached = jax.lax.stop_gradient(x)
+        index_scores = self.indexer(detached, detached)
+        return indexer_selection(self, index_scores, logits, visible, seen, self.index_topk)
 
     def _local_branch(self, q: Heads, k: Heads, v: Heads, positions):
         """The uncompressed branch in the banded layout (`local_scores`): unscaled scores

@@ -41,7 +41,8 @@ V4_FIELDS = (
     "hca_stride", "indexer_topk", "index_heads", "index_dim", "shared_kv", "sink", "qk_norm",
     "rope_fraction", "compress_rope_theta", "q_rank", "o_groups", "o_rank", "indexer_kl",
 )  # fmt: skip
-"""The V4 layer's switches (`DecoderConfig`), and the weight of the indexer's training loss."""
+"""The V4 layer's switches (`DecoderConfig`; the indexer's also serve compressed layers), and
+the weight of the indexer's training loss."""
 LM_MITIGATION_FIELDS = ("stagger", "phase_entropy")
 LM_OPTIONAL_FIELDS = LM_MITIGATION_FIELDS + V4_FIELDS
 """Fields left out of `LMConfig.asdict` at their defaults (off): the records and cached
@@ -117,6 +118,9 @@ class DecoderConfig:
     width in multiples of `d_model` (0: no MLP); `rank` the rank of `low_rank`.
     `stagger` shifts head h's window boundaries by `h * stride // heads` tokens in every
     compressed layer (as the toy's `ModelConfig.stagger`; `idealized.decoder.attention`).
+    `indexer_topk > 0` gives every compressed layer (not the dense control, nor with
+    `stagger`) DeepSeek-V4's Lightning Indexer (`index_heads` x `index_dim`): each query
+    reads only the visible entries among its top `indexer_topk`, as in csa layers.
 
     DeepSeek-V4's kinds (`V4_KINDS`, `idealized.decoder.v4_attention`): `swa` sees the last
     `window` tokens; `csa` the entries of overlapping windows of `2 stride` tokens every
@@ -227,9 +231,21 @@ class DecoderConfig:
                 raise ConfigError(
                     name, "applies to DeepSeek-V4's layers: put swa, csa or hca in --layout"
                 )
-        if self.indexer_topk and "csa" not in self.layer_kinds:
-            raise ConfigError("indexer_topk", "the indexer serves csa layers: put csa in --layout")
-        if self.indexer_topk and self.index_dim < self.rotary_dim:
+        kinds = self.layer_kinds
+        indexed = "csa" in kinds or ("compressed" in kinds and self.operator != "none")
+        if self.indexer_topk and not indexed:
+            raise ConfigError(
+                "indexer_topk",
+                "the indexer serves csa layers and compressed layers (not --operator none): "
+                "put csa or compressed in --layout",
+            )
+        if self.indexer_topk and self.stagger and "compressed" in kinds:
+            raise ConfigError(
+                "indexer_topk",
+                "does not combine with --stagger: the indexer scores unstaggered windows",
+            )
+        # a compressed layer's indexer clips its RoPE to index_dim; V4's csa layer does not
+        if self.indexer_topk and "csa" in kinds and self.index_dim < self.rotary_dim:
             raise ConfigError(
                 "index_dim",
                 f"must be >= the RoPE channels ({self.rotary_dim}), got {self.index_dim}",
@@ -336,8 +352,9 @@ class LMConfig:
     are a distribution over phases and learned: `DISTRIBUTION_OPERATORS` but mean_pool).
 
     DeepSeek-V4's layers (`swa`, `csa`, `hca` in `layout`; `DecoderConfig`; `V4_DESIGN`):
-    the indexer's top-k passes no gradient, so with `indexer_topk > 0` the loss adds
-    `indexer_kl` times the mean over csa layers of the KL from the main attention's
+    the indexer's top-k (csa layers, and compressed layers with `indexer_topk > 0`) passes
+    no gradient, so with `indexer_topk > 0` the loss adds `indexer_kl` times the mean over
+    the layers with an indexer of the KL from the main attention's
     distribution over the visible compressed entries (stop-gradient) to the indexer's
     (`idealized.decoder.v4_attention.indexer_statistics`); the indexer's input is detached, so
     this term trains the indexer alone.
@@ -468,8 +485,10 @@ class LMConfig:
 
     @property
     def indexed(self) -> bool:
-        """True when some csa layer keeps its entries by the indexer's top-k."""
-        return self.compressed and self.indexer_topk > 0 and "csa" in self.layer_kinds
+        """True when some csa or compressed layer keeps its entries by the indexer's top-k."""
+        kinds = self.layer_kinds
+        selecting = "csa" in kinds or "compressed" in kinds
+        return self.compressed and self.indexer_topk > 0 and selecting
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)

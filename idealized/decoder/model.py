@@ -73,11 +73,12 @@ def make_v4_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> V4
 
 def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Attention | V4Attention:
     """The attention of one layer of `kind` (`dense`, `sliding`, `compressed`, or V4's
-    `swa`, `csa`, `hca`: `make_v4_attention`)."""
+    `swa`, `csa`, `hca`: `make_v4_attention`). A `compressed` layer has the Lightning
+    Indexer when `indexer_topk > 0` (not the dense control, `operator = none`)."""
     if kind in V4_KINDS:
         return make_v4_attention(config, kind, rngs=rngs)
     d, h = config.d_model, config.heads
-    local, compressor, stagger = 0, None, False
+    local, compressor, stagger, topk = 0, None, False, 0
     if kind == "dense":
         compressor = make_compressor(
             "none", stride=1, heads=h, d_model=d, head_dim=d // h, rngs=rngs
@@ -97,6 +98,7 @@ def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Atten
         )
         local = 0 if config.operator == "none" else config.local_window
         stagger = config.stagger
+        topk = 0 if config.operator == "none" else config.indexer_topk
     return Attention(
         d,
         h,
@@ -104,6 +106,9 @@ def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Atten
         local_window=local,
         rope_dim=config.rotary_dim,
         stagger=stagger,
+        index_topk=topk,
+        index_heads=config.index_heads,
+        index_dim=config.index_dim,
         rngs=rngs,
     )
 
@@ -154,7 +159,9 @@ def trace(model: Decoder, tokens: Int[Array, "B T"]) -> tuple[Float[Array, "B T 
 
     Per block: `residual` (B, T, D); per attention layer: `attention` (B, H, T, K) over its
     K visible slots (compressed entries first, then local tokens), and, for compressed
-    layers, `compressed_keys` / `compressed_values` (B, C, H, hd; keys before RoPE).
+    layers, `compressed_keys` / `compressed_values` (B, C, H, hd; keys before RoPE); for
+    layers with an indexer (csa, compressed with `indexer_topk > 0`) `selected` (B, T, C
+    bool: the entries each query's top-k keeps).
     """
     return nnx.capture(model, nnx.Intermediate)(tokens)
 

@@ -34,9 +34,11 @@ cut), as in `idealized.decoder.attention`.
 
 Inside `nnx.capture(..., nnx.Intermediate)` the layer sows (`idealized.decoder.sow`)
 `attention` (B, H, T, C + T: compressed entries, then the local tokens in the dense
-layout), `compressed_keys` / `compressed_values` (B, C, H, hd, before RoPE); inside
+layout), `compressed_keys` / `compressed_values` (B, C, H, hd, before RoPE) and, with an
+indexer, `selected` (B, T, C bool: the entries each query's top-k keeps); inside
 `nnx.capture(..., IndexerStat)` it sows `indexer_kl` and `indexer_recall`
-(`indexer_statistics`), which the trainer adds to its loss.
+(`indexer_statistics`), which the trainer adds to its loss (`indexer_selection`, shared
+with the project's `compressed` layer).
 """
 
 from __future__ import annotations
@@ -208,6 +210,30 @@ def indexer_statistics(
     return kl, recall
 
 
+def indexer_selection(
+    module: nnx.Module,
+    index_scores: Float[Array, "B T C"],
+    main_logits: Float[Array, "B H T C"],
+    visible: Bool[Array, "T C"],
+    seen: Bool[Array, "T C"] | Bool[Array, "B T C"],
+    k: int,
+) -> Bool[Array, "B T C"]:
+    """The entries the main attention of `module` reads: `top_k_mask(index_scores, seen, k)`.
+
+    `visible` is the causal mask, `seen` it less the entries an edit hides. Sows the mask
+    as `selected` (`nnx.Intermediate`) and, inside `nnx.capture(..., IndexerStat)`,
+    `indexer_kl` and `indexer_recall` (`indexer_statistics` of the main logits over `visible`).
+    The layers with an indexer (`V4Attention`, the project's `Attention`) share it.
+    """
+    selected = top_k_mask(index_scores, seen, k)
+    sow(module, "selected", lambda: selected)
+    if capturing(module, IndexerStat):
+        kl, recall = indexer_statistics(main_logits, index_scores, visible, k)
+        module.sow(IndexerStat, "indexer_kl", kl)
+        module.sow(IndexerStat, "indexer_recall", recall)
+    return selected
+
+
 class V4Attention(nnx.Module):
     """DeepSeek-V4's attention layer (module docstring), `x (B, T, D) -> (B, T, D)`.
 
@@ -334,11 +360,9 @@ class V4Attention(nnx.Module):
                 index_scores = self.indexer(
                     jax.lax.stop_gradient(x), jax.lax.stop_gradient(query_input)
                 )
-                mask = top_k_mask(index_scores, seen, self.index_topk)[:, None]
-                if capturing(self, IndexerStat):
-                    kl, recall = indexer_statistics(logits, index_scores, visible, self.index_topk)
-                    self.sow(IndexerStat, "indexer_kl", kl)
-                    self.sow(IndexerStat, "indexer_recall", recall)
+                mask = indexer_selection(
+                    self, index_scores, logits, visible, seen, self.index_topk
+                )[:, None]
             scores.append(logits)
             masks.append(mask)
         if self.local_window:

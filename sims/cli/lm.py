@@ -56,7 +56,7 @@ HELP = {
     "clip": "global gradient-norm clip",
     "seed": "seed",
     "hca_stride": "tokens per entry of an hca layer m' (disjoint windows, no indexer)",
-    "indexer_topk": "csa: entries each query keeps by the Lightning Indexer's top-k (0: all)",
+    "indexer_topk": "csa/compressed: entries each query keeps by the Lightning Indexer's top-k (0: all)",
     "index_heads": "the indexer's heads",
     "index_dim": "the indexer's head width",
     "shared_kv": "one K = V head and one compressor for all query heads (else one per head)",
@@ -276,7 +276,10 @@ def _phase_block(title: str, s: dict) -> str:
             _near_line(s["near_query"]),
         ]
         + (
-            ["indexer recall per csa layer " + " ".join(f"{r:.3f}" for r in s["indexer_recall"])]
+            [
+                "indexer recall per indexed layer "
+                + " ".join(f"{r:.3f}" for r in s["indexer_recall"])
+            ]
             if s.get("indexer_recall")
             else []
         )
@@ -295,6 +298,8 @@ def _near_line(near: dict) -> str:
 def text_report(base: LMConfig, seeds: list[int], summaries: list[dict], pooled) -> str:
     v4 = any(kind in V4_KINDS for kind in base.layer_kinds)
     operator = f"V4 compressor (top-{base.indexer_topk})" if v4 else base.operator
+    if base.indexed and not v4:
+        operator += f" (indexer top-{base.indexer_topk})"
     head = (
         f"T={base.seq_len} P={base.pairs} layers={','.join(base.layer_kinds)} "
         f"d={base.d_model} H={base.heads} s={base.stride} {operator} "

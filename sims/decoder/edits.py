@@ -19,12 +19,12 @@ switches a branch of one attention layer off, or puts a compressor in front of t
   `NoCompressedBranch` and `NoLocalWindow` (one branch of a compressed layer with both);
 * edits with one value per evaluation row (`changes_program = True`; built inside the
   chunk that reads them): `HideEntries(layer, windows)` hides the marked compressed entries
-  `(B, C)` from every query (and from the indexer of a csa layer); `CutLocalEdges(layer,
+  `(B, C)` from every query (and from the layer's indexer); `CutLocalEdges(layer,
   spans)` removes the local branch's edges from queries after each row's span `(B, 2)` to
   the tokens inside it (a sliding layer's whole window; a compressed layer's local window),
   so what the span holds reaches later tokens of that layer only through compressed entries;
 * `V4PartOff(layer, part)`: a part of a DeepSeek-V4 layer switched off at inference (the
-  indexer's top-k, the sink, a compressed layer's local window);
+  indexer's top-k, also a compressed layer's; the sink; a csa/hca layer's local window);
 * `PatchEntries(layer, windows)`: the layer's compressor wrapped in `PatchedEntries`, which
   copies the compressed entries of the marked windows from a source world on the same batch
   axis (activation patching, `sims.decoder.interventions.patch_entries`).
@@ -259,13 +259,13 @@ class PatchEntries(Edit):
     changes_program = True
 
     def edit(self, attention, config):
-        if isinstance(attention, V4Attention):  # its entries and its indexer's keys alike
+        if isinstance(attention, V4Attention):
             attention.compressor = PatchedV4Entries(attention.compressor, self.windows)
-            if attention.indexer is not None:
-                indexer = attention.indexer
-                indexer.compressor = PatchedV4Entries(indexer.compressor, self.windows)
         else:
             attention.compressor = PatchedEntries(attention.compressor, self.windows)
+        if attention.indexer is not None:  # its entries and its indexer's keys alike
+            indexer = attention.indexer
+            indexer.compressor = PatchedV4Entries(indexer.compressor, self.windows)
 
 
 class PatchedV4Entries(nnx.Module):
@@ -338,7 +338,8 @@ V4_PARTS = ("indexer", "sink", "local_window")
 @dataclasses.dataclass(frozen=True)
 class V4PartOff(Edit):
     """One part of a DeepSeek-V4 layer switched off at inference (`V4_PARTS`): the indexer's
-    top-k (every visible entry read), the attention sink, or a csa/hca layer's local window."""
+    top-k (every visible entry read; a csa layer's or a compressed layer's), the attention
+    sink, or a csa/hca layer's local window."""
 
     part: str
     kind = "v4_part_off"
@@ -358,7 +359,7 @@ class V4PartOff(Edit):
             return False
         kind, compressed = config.layer_kinds[self.layer], config.operator != "none"
         if self.part == "indexer":
-            return kind == "csa" and compressed and config.indexer_topk > 0
+            return kind in ("csa", "compressed") and compressed and config.indexer_topk > 0
         if self.part == "sink":
             return kind in ("swa", "csa", "hca") and config.sink
         return kind in ("csa", "hca") and compressed and config.local_window > 0

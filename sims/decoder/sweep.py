@@ -16,7 +16,7 @@ METRICS = (
     "phase_accuracy", "phase_accuracy_by_key_phase", "worst_phase",
 )  # fmt: skip
 """The phase metrics of `evaluate.phase_summary` a sweep stores per run (and, for configs with
-an indexer, `indexer_recall`: its mean over csa layers on the held-out batch)."""
+an indexer, `indexer_recall`: its mean over the indexed layers on the held-out batch)."""
 
 
 def bytes_per_run(config: LMConfig) -> int:

@@ -172,7 +172,8 @@ def pooling_entropy(config: LMConfig, params: nnx.State) -> Array:
 def indexer_statistics(
     config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]
 ) -> tuple[Array, Array, Array]:
-    """Query logits, and per csa layer with an indexer its KL loss and its recall `(layers,)`.
+    """Query logits, and per layer with an indexer (csa, compressed) its KL loss and its recall
+    `(layers,)`.
 
     The KL runs from the main attention's distribution over the visible compressed entries
     (stop-gradient) to the indexer's; recall is the share of the entries the main
@@ -189,14 +190,14 @@ def indexer_statistics(
 
 
 def indexer_recall(config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]) -> Array:
-    """Per csa layer, the indexer's recall of the entries the main attention would pick."""
+    """Per layer with an indexer, its recall of the entries the main attention would pick."""
     return indexer_statistics(config, params, tokens)[2]
 
 
 def training_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
     """The objective of a step: `sequence_loss`, minus `phase_entropy` times `pooling_entropy`
     when `config.phase_entropy > 0` (the toy's phase-entropy regulariser), plus
-    `indexer_kl` times the mean indexer KL over csa layers when they have an indexer."""
+    `indexer_kl` times the mean indexer KL over the layers with an indexer (`config.indexed`)."""
     if config.indexed:
         logits, kl, _ = indexer_statistics(config, params, batch.tokens)
         loss = _loss(config, logits, batch) + config.indexer_kl * jnp.mean(kl)

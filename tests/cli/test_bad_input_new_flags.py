@@ -24,7 +24,7 @@ SELECTION = ["predict", "--model", "selection"]
 TABLE = [
     (V4 + ["--rope-fraction", "1.5"], "--rope-fraction"),
     (["lm", "train", "--design", "v5"], "--design"),
-    (["lm", "train", "--layout", "sliding,compressed", "--indexer-topk", "4"], "--indexer-topk"),
+    (["lm", "train", "--layout", "sliding,dense", "--indexer-topk", "4"], "--indexer-topk"),
     (["lm", "train", "--layout", "sliding,compressed", "--sink"], "--sink"),
     (SELECTION + ["--chunks", "8", "--topk", "9"], "--topk"),
     (SELECTION + ["--stride", "4", "--indexer-weights", "1,-1,1,1"], "--indexer-weights"),

@@ -37,6 +37,7 @@ from .footprint import entry_operators as footprint_entry_operators
 from .footprint import flat_carry as footprint_flat_carry
 from .footprint import flat_phase_logit as footprint_flat_phase_logit
 from .footprint import flat_retrieval as footprint_flat_retrieval
+from .footprint import flat_retrieval_logit as footprint_flat_retrieval_logit
 from .footprint import flat_token_counts as footprint_flat_token_counts
 from .footprint import footprint_gap_requirement as footprint_gap_requirement
 from .footprint import footprint_gradient as footprint_gradient
@@ -134,6 +135,7 @@ from .topk_selection import hit_given_score as topk_hit_given_score
 from .topk_selection import indexer_margin as topk_indexer_margin
 from .topk_selection import miss_probability as topk_miss_probability
 from .topk_selection import miss_probability_step as topk_miss_probability_step
+from .topk_selection import needle_mean as topk_needle_mean
 from .topk_selection import phase_miss_probability as topk_phase_miss_probability
 from .topk_selection import reduced_selection_loss as topk_reduced_loss
 from .topk_selection import selection_accuracy as topk_accuracy

@@ -199,6 +199,37 @@ def flat_retrieval(stride: int, window: int, chunks, carry_gain, decoy_gain=0.0)
     return expit(m_eff - np.log(rest))
 
 
+def flat_retrieval_logit(stride: int, window: int, chunks, carry_gain, decoy_gain=0.0, hidden=()):
+    """logit M(phi) under flat carry, mean pooling, nu = 1, with entries hidden (docs/theory.md §9.4.5).
+
+    hidden: any of "direct" (the fact's own entry 0 and, at phi = 0, the key's entry, the
+    decoy) and "next1" (entry 1), removed from the softmax as `sims.decoder.carry`'s
+    `hide_direct` / `hide_next1` remove them from a decoder's: logit M = log sum over the
+    kept entries holding the fact of e^(m_i) - log(N - n_e + [phi = 0] (e^(g_D) - 1), or
+    - 1 with the decoy hidden; - 1 more where a hidden next entry holds no carry, a
+    distractor gone). -inf where no kept entry holds the fact. Returns (s,).
+    """
+    unknown = set(hidden) - {"direct", "next1"}
+    if unknown:
+        raise ValueError(f"hidden entries are 'direct' and 'next1', got {sorted(unknown)}")
+    s = int(stride)
+    counts = flat_token_counts(s, window)
+    phi = np.arange(s)
+    m = carry_gain * counts + np.where(np.arange(counts.shape[1]) == 0, decoy_gain, 0.0) * (phi >= 1)[:, None]
+    holding = entry_count(s, window)
+    kept = np.arange(counts.shape[1])[None, :] < holding[:, None]
+    if "direct" in hidden:
+        kept[:, 0] = False
+    if "next1" in hidden and counts.shape[1] > 1:
+        kept[:, 1] = False
+    decoy = -1.0 if "direct" in hidden else np.expm1(decoy_gain)
+    # a hidden next entry that does not hold the fact is a distractor gone
+    empty_next = ("next1" in hidden) & (holding < 2)
+    rest = chunks - holding + np.where(phi == 0, decoy, 0.0) - empty_next
+    with np.errstate(divide="ignore"):
+        return logsumexp(np.where(kept, m, -np.inf), axis=1) - np.log(rest)
+
+
 def allocation_law(stride: int, carry_gain, decoy_gain=0.0) -> np.ndarray:
     """log(pi_own / pi_next) = g_D [phi >= 1] - g phi (docs/theory.md §9.4.1).
 

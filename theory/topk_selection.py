@@ -88,6 +88,21 @@ def miss_probability(mu, sigma, chunks, topk):
     return out
 
 
+def needle_mean(hit, sigma, chunks, topk):
+    """The needle's mean score mu at which P(rank <= k) = hit (docs/theory.md §9.5): the inverse
+    of 1 - miss_probability in mu, by bisection (it rises monotonically in mu). hit in (0, 1),
+    clipped to [1e-4, 1 - 1e-4]. Returns a float."""
+    from scipy.optimize import brentq
+
+    target = min(max(float(hit), 1e-4), 1.0 - 1e-4)
+    t = step_location(chunks, topk)
+    span = 12.0 * max(float(sigma), step_width(chunks, topk), 1.0)
+    return float(brentq(
+        lambda m: 1.0 - float(miss_probability(m, sigma, chunks, topk)) - target,
+        t - span, t + span, xtol=1e-10,
+    ))  # fmt: skip
+
+
 def miss_probability_step(mu, sigma, chunks, topk):
     """The large-N step form Phi((t - mu) / sqrt(sigma^2 + w^2)) of the miss probability (docs/theory.md §9.5).
 

@@ -23,9 +23,13 @@ the query may read it there. These are the causal tests of that claim, each an e
 * `cut_local`: in every layer with a local branch (a sliding layer, a compressed layer's
   local window), the edges from tokens after the fact to the fact's tokens removed: no
   carry, the fact's own entries intact (its tokens still see each other);
-* `off_indexer`, `off_sink`, `off_local_window`: a part of DeepSeek-V4's layers switched off
-  at inference in every layer that has it (`edits.V4PartOff`), the trained weights kept:
-  the part's effect at inference, beside the design trained without it.
+* `off_indexer`, `off_sink`, `off_local_window`: a part of DeepSeek-V4's layers (the indexer
+  also on the project's compressed layer) switched off at inference in every layer that has
+  it (`edits.V4PartOff`), the trained weights kept: the part's effect at inference, beside
+  the design trained without it.
+
+With an indexer, `selection` measures the selection model's hit probability (THEORY §9.2):
+how often the first query's top-k keeps one of the fact's entries, by phase.
 
 `m` is each layer's own ratio (`stride`; `hca_stride` for hca layers). Statistics count the
 facts beyond the query's uncompressed reach, by the queried value's phase, with paired 95%
@@ -42,6 +46,7 @@ import numpy as np
 from flax import nnx
 
 from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.model import trace
 from weakspots.idealized.decoder.recall import placed_batch
 from weakspots.sims.decoder.edits import (
     COMPRESSED_KINDS,
@@ -150,6 +155,64 @@ def _edited_outcomes(
     return jax.vmap(per_run)(params)
 
 
+def indexed_layers(config: LMConfig) -> list[int]:
+    """Every layer whose compressed entries an indexer selects (csa, or compressed with top-k)."""
+    if not config.indexer_topk or config.operator == "none":
+        return []
+    return [layer for layer, kind in enumerate(config.layer_kinds) if kind in ("csa", "compressed")]
+
+
+@partial(jit, static_argnums=(0, 1))
+def _selection_hits(config: LMConfig, layer: int, params, starts, marks, index):
+    """Per run and row `(R, K * chunk)`: whether layer `layer`'s indexer keeps, for the position
+    that predicts the first queried value, one of the entries in the row's `marks` `(C,)`."""
+
+    def per_run(run_params):
+        def chunk(args):
+            rows, mark, i = args
+            batch = placed_batch(evaluation_key(config, i), config.task, rows)
+            _, sown = trace(merge(config.decoder, run_params), batch.tokens)
+            flat = dict(nnx.to_flat_state(sown))
+            kept = [v.get_value()[0] for path, v in flat.items()
+                    if path[-1] == "selected" and f"blocks/{layer}/" in "/".join(map(str, path))]
+            query = jnp.argmax(batch.first_query, axis=-1)  # (B,): the first value's predictor
+            at_query = kept[0][jnp.arange(query.shape[0]), query]  # (B, C)
+            return jnp.any(at_query & mark, axis=-1)
+
+        return jax.lax.map(chunk, (starts, marks, index)).reshape(-1)
+
+    return jax.vmap(per_run)(params)
+
+
+def selection(config: LMConfig, params: nnx.State, rows: Rows) -> dict | None:
+    """How often the indexer keeps the fact, by the queried value's phase: for the first
+    indexed layer, the share of far facts one of whose entries (its direct ones, or one within
+    the local reach after them: `hide_all`'s) is among the first query's top `indexer_topk`
+    (the selection model's hit probability, docs/theory.md §9.5). Returns `hit` `(s,)`,
+    `hit_ci` (seeds as clusters), `hit_per_seed` `(R, s)` and the layer; None without an indexer."""
+    layers = indexed_layers(config)
+    if not layers:
+        return None
+    config = config.static
+    layer = layers[0]
+    ratio = config.hca_stride if config.layer_kinds[layer] == "hca" else config.stride
+    overlap = config.layer_kinds[layer] == "csa" or config.overlap
+    marks = entry_marks(config, fact_spans(config, rows), ratio, overlap, "hide_all")
+    chunk = rows.starts.shape[1]
+    hits = np.asarray(_selection_hits(
+        config, layer, params, jnp.asarray(rows.starts),
+        jnp.asarray(marks.reshape(-1, chunk, marks.shape[-1])), jnp.asarray(rows.index),
+    ))  # fmt: skip
+    phase = np.where(rows.far, rows.value_start % config.stride, -1)
+    summary = clustered(hits, phase, config.stride)
+    return {
+        "layer": layer,
+        "hit": summary["accuracy"].tolist(),
+        "hit_ci": summary["ci"].tolist(),
+        "hit_per_seed": summary["per_seed"].tolist(),
+    }
+
+
 def far_sources(config: LMConfig, rows: Rows) -> tuple[np.ndarray, np.ndarray]:
     """Fact starts `(M, P)` with the queried fact moved by `shift` tokens, forward where it fits
     and clear of the other facts, else back, and `valid` `(M,)` where it could move.
@@ -226,6 +289,7 @@ def carry_tests(config: LMConfig, params: nnx.State, tests=TESTS, rows: Rows | N
     clean = test_outcomes(config, params, "intact", rows)
     intact = clustered(clean, phase, s)
     out = {
+        "selection": selection(config, params, rows),
         "compressed_layers": [list(x) for x in compressed_layers(config)],
         "local_layers": local_layers(config),
         "local_reach": local_reach(config),
@@ -267,14 +331,18 @@ def carry_tests(config: LMConfig, params: nnx.State, tests=TESTS, rows: Rows | N
 def report(config: LMConfig, results) -> dict:
     """`weakspots lm carry --json`: the config, seeds, the per-phase evaluation of the runs on
     their own sequences (`evaluate.phase_summary`, seeds as clusters: `pooled`) and every
-    carry test on the shared set (`carry_tests`). `results`: the `LMResult`s of `config`'s seeds."""
+    carry test on the shared set (`carry_tests`), and each seed's pooling weights per layer
+    (`(H, s)`, None for a layer without). `results`: the `LMResult`s of `config`'s seeds."""
     params = stacked_params(results)
     seeds = [r.config.seed for r in results]
     pooled = phase_summary(config, np.stack([r.outcomes for r in results]))
+    weights = [[None if w is None else np.asarray(w).tolist() for w in r.model.pooling_weights()]
+               for r in results]  # fmt: skip
     return {
         "config": config.replace(seed=seeds[0]).asdict(),
         "seeds": seeds,
         "pooled": pooled,
-        "final_eval_accuracy": [float(r.summary()["final_eval_accuracy"]) for r in results],
+        "final_eval_accuracy": [float(r.history.eval_accuracy[-1]) for r in results],
+        "pooling_weights": weights,
         **carry_tests(config, params),
     }

@@ -16,9 +16,11 @@ from weakspots.figures import (
     lm_amplifier,
     lm_amplifier_profile,
     lm_family,
+    lm_footprint,
     lm_mechanism,
     lm_mitigations,
     lm_position,
+    lm_selection,
     lm_toy,
     mitigations,
     operators,
@@ -53,5 +55,7 @@ DRAWINGS = {
         lm_mitigations,
         lm_amplifier,
         lm_amplifier_profile,
+        lm_footprint,
+        lm_selection,
     )
 }

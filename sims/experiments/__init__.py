@@ -27,9 +27,11 @@ from weakspots.sims.experiments.decoder import (
     lm_amplifier,
     lm_amplifier_profile,
     lm_family,
+    lm_footprint,
     lm_mechanism,
     lm_mitigations,
     lm_position,
+    lm_selection,
     lm_toy,
 )
 from weakspots.sims.experiments.experiment import (
@@ -115,6 +117,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_mitigations.EXPERIMENT,
     lm_amplifier.EXPERIMENT,
     lm_amplifier_profile.EXPERIMENT,
+    lm_footprint.EXPERIMENT,
+    lm_selection.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

@@ -46,12 +46,13 @@ twice the length and facts (one fact density); softmax pooling below and above t
 
 SELECTION_TOPK = 4
 SELECTION: dict[str, dict] = {
-    f"topk_T{t}": dict(stride=4, window=8, seq_len=t, indexer_topk=SELECTION_TOPK)
-    for t in (128, 256, 512)
-}
-"""Selection designs: the s = 4, W = 2s decoder with the indexer's top 4 on its compressed
-layer, at contexts of N = 32, 64, 128 entries (`N / k` = 8, 16, 32), one fact density
-(pairs scale with the length)."""
+    **{f"k4_T{t}": dict(stride=4, window=8, seq_len=t, indexer_topk=SELECTION_TOPK)
+       for t in (128, 256, 512)},
+    **{f"k{k}_T128": dict(stride=4, window=8, indexer_topk=k) for k in (2, 8, 16)},
+}  # fmt: skip
+"""Selection designs: the s = 4, W = 2s decoder with the indexer's top k on its compressed
+layer: k = 4 at contexts of N = 30, 60, 120 entries (`N / k` = 7.5, 15, 30; one fact density,
+pairs scale with the length), and N = 30 at k = 2, 8, 16 (`N / k` = 15, 3.75, 1.9)."""
 
 FAMILIES = {"footprint": FOOTPRINT, "selection": SELECTION}
 
@@ -63,7 +64,7 @@ TINY = dict(
 SIZES = {
     "tiny": dict(seeds=2, source="train", designs=(
         "s4_w2", "s4_w8", "s8_w16", "s8_w16_T256", "softmax_s8_w4", "softmax_s8_w16",
-        "topk_T128", "topk_T256",
+        "k4_T128", "k4_T256", "k16_T128",
     )),  # one design of each comparison the rows make  # fmt: skip
     "quick": dict(seeds=SEEDS, source="recorded"),
     "full": dict(seeds=SEEDS, source="train"),

@@ -16,3 +16,32 @@ def distance_to_reduced(dims, samples, seed=0, t_end=400.0, saves=41):
     """
     ts, finite, start = flows_from_the_trainers_start(dims, samples, seed, 0, t_end, saves)
     return np.asarray(dims), np.max(np.abs(finite - reduced_weights(start, ts)), axis=(1, 2, 3))
+
+
+def assert_only_the_indexer_learns_from_its_kl(module, inputs, kl_of_stats) -> None:
+    """In `module` (an nnx layer or decoder called on `inputs`): the gradient of the captured
+    indexer KL (`kl_of_stats(stats)`) reaches every indexer parameter and nothing else, and
+    the gradient of the output reaches no indexer parameter (the top-k passes none)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from weakspots.idealized.decoder.v4_attention import IndexerStat
+
+    graph, state = nnx.split(module)
+
+    def kl(state):
+        _, stats = nnx.capture(lambda m, x: m(x), IndexerStat)(nnx.merge(graph, state), inputs)
+        return kl_of_stats(stats)
+
+    def output(state):
+        return jnp.sum(nnx.merge(graph, state)(inputs) ** 2)
+
+    for loss, inside in ((kl, True), (output, False)):
+        grads = dict(nnx.to_flat_state(jax.jit(jax.grad(loss))(state)))
+        for path, g in grads.items():
+            norm = float(jnp.abs(g.get_value()).max())
+            if ("indexer" in path) == inside:
+                assert norm > 0, path
+            else:
+                assert norm == 0, path

@@ -157,6 +157,15 @@ def fit_profile(config: LMConfig, accuracy) -> dict:
     return fit
 
 
+def per_phase_agreement(predicted, measured, ci) -> tuple[int, bool]:
+    """The phase where `predicted` and `measured` (s,) differ most, and whether every phase's
+    prediction lies inside its interval `ci` (s, 2)."""
+    predicted, measured = np.asarray(predicted, float), np.asarray(measured, float)
+    lo, hi = np.asarray(ci, float).T
+    worst = int(np.argmax(np.abs(predicted - measured)))
+    return worst, bool(np.all((predicted >= lo) & (predicted <= hi)))
+
+
 def summary(design: str, cell: dict) -> dict:
     """A design's numbers for the rows and the figure: config facts, the pooled evaluation
     (seeds as clusters), the carry tests' intact accuracy and its hide drops, the footprint

@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixtures import assert_only_the_indexer_learns_from_its_kl
 from flax import nnx
 
 from weakspots.idealized.decoder import attention
 from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
 from weakspots.idealized.decoder.model import Decoder, trace
-from weakspots.idealized.decoder.v4_attention import IndexerStat
 from weakspots.idealized.toy.config import ConfigError
 from weakspots.sims.cli import main
 from weakspots.sims.decoder.edits import V4PartOff
@@ -146,25 +146,11 @@ def test_indexer_learns_from_its_kl_alone():
     reaches every indexer parameter and nothing else (the main logits are its fixed target
     and the indexer's input is detached, so the layers below learn nothing from it)."""
     config = LMConfig(**TINY).decoder
-    graph, state = nnx.split(Decoder(config, rngs=nnx.Rngs(params=0)))
     tokens = jnp.asarray(np.random.default_rng(0).integers(0, config.vocab, (2, 32)), jnp.int32)
-
-    def kl(state):
-        forward = nnx.capture(lambda m, t: m(t), IndexerStat)
-        _, stats = forward(nnx.merge(graph, state), tokens)
-        return stats["blocks"][1]["attention"]["indexer_kl"][0]
-
-    def output(state):
-        return jnp.sum(nnx.merge(graph, state)(tokens) ** 2)
-
-    for loss, inside in ((kl, True), (output, False)):
-        grads = dict(nnx.to_flat_state(jax.jit(jax.grad(loss))(state)))
-        for path, g in grads.items():
-            norm = float(jnp.abs(g.get_value()).max())
-            if ("indexer" in path) == inside:
-                assert norm > 0, path
-            else:
-                assert norm == 0, path
+    assert_only_the_indexer_learns_from_its_kl(
+        Decoder(config, rngs=nnx.Rngs(params=0)), tokens,
+        lambda stats: stats["blocks"][1]["attention"]["indexer_kl"][0],
+    )  # fmt: skip
 
 
 def test_selected_is_sown_through_trace():

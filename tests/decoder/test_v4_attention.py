@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixtures import assert_only_the_indexer_learns_from_its_kl
 from flax import nnx
 
 from weakspots.idealized.decoder.config import (
@@ -21,7 +22,7 @@ from weakspots.idealized.decoder.config import (
     v4_layout,
 )
 from weakspots.idealized.decoder.model import Decoder
-from weakspots.idealized.decoder.v4_attention import IndexerStat, V4Attention, indexer_statistics
+from weakspots.idealized.decoder.v4_attention import V4Attention, indexer_statistics
 from weakspots.sims.cli import main
 
 D, H, HD = 16, 4, 8
@@ -175,26 +176,9 @@ def test_indexer_statistics_against_closed_forms():
 @pytest.mark.slow
 def test_indexer_loss_trains_the_indexer_alone():
     """The KL's gradient reaches only the indexer's parameters; the output's reaches none of them."""
-    module = layer("csa")
-    graph, params = nnx.split(module)
-    x = hidden()
-
-    def kl(params):
-        forward = nnx.capture(lambda m, x: m(x), IndexerStat)
-        _, stats = forward(nnx.merge(graph, params), x)
-        return stats["indexer_kl"][0]
-
-    def output(params):
-        return jnp.sum(nnx.merge(graph, params)(x) ** 2)
-
-    for loss, inside in ((kl, True), (output, False)):
-        grads = dict(nnx.to_flat_state(jax.jit(jax.grad(loss))(params)))
-        for path, g in grads.items():
-            norm = float(jnp.abs(g.get_value()).max())
-            if ("indexer" in path) == inside:
-                assert norm > 0, path
-            else:
-                assert norm == 0, path
+    assert_only_the_indexer_learns_from_its_kl(
+        layer("csa"), hidden(), lambda stats: stats["indexer_kl"][0]
+    )
 
 
 def test_v4_fields_leave_records_unchanged_at_defaults():

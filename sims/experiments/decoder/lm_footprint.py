@@ -83,8 +83,7 @@ def _half_widths(ci) -> np.ndarray:
 def _profile_row(c: dict, p: dict) -> Row:
     measured = np.asarray(c["shared_accuracy"])
     fitted = np.asarray(p["fitted"])
-    lo, hi = np.asarray(c["shared_accuracy_ci"]).T
-    worst = int(np.argmax(np.abs(fitted - measured)))
+    worst, inside = footprint.per_phase_agreement(fitted, measured, c["shared_accuracy_ci"])
     f = c["fit"]
     return Row(
         "footprint model fitted to a decoder's per-phase accuracy",
@@ -93,7 +92,7 @@ def _profile_row(c: dict, p: dict) -> Row:
         f"worst phase {worst}; holds when every phase's fit lies in its 95% interval (seeds as "
         "clusters, shared evaluation set)",
         kind="fit", finding=True, predicted=fitted[worst], sgd=measured[worst],
-        tolerance=math.inf, floor=1.0, holds=bool(np.all((fitted >= lo) & (fitted <= hi))),
+        tolerance=math.inf, floor=1.0, holds=inside,
     )  # fmt: skip
 
 
@@ -103,8 +102,7 @@ def _hidden_row(c: dict, p: dict, test: str) -> Row | None:
     fitted = np.asarray(p["fitted"])
     predicted = fitted - np.asarray(p["hidden"][test])
     measured = np.asarray(c["drops"][test])
-    lo, hi = np.asarray(c["drops_ci"][test]).T
-    worst = int(np.argmax(np.abs(predicted - measured)))
+    worst, inside = footprint.per_phase_agreement(predicted, measured, c["drops_ci"][test])
     entry = "the fact's own entries" if test == "hide_direct" else "the next window's entry"
     return Row(
         f"footprint model: the drop from hiding {entry} ({test}), predicted from the intact fit",
@@ -112,7 +110,7 @@ def _hidden_row(c: dict, p: dict, test: str) -> Row | None:
         f"{np.round(measured, 3).tolist()}; worst phase {worst}; holds when every phase's "
         "prediction lies in the measured drop's paired 95% interval",
         kind="fit", finding=True, predicted=predicted[worst], sgd=measured[worst],
-        tolerance=math.inf, floor=1.0, holds=bool(np.all((predicted >= lo) & (predicted <= hi))),
+        tolerance=math.inf, floor=1.0, holds=inside,
     )  # fmt: skip
 
 

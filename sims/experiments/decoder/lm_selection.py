@@ -98,15 +98,14 @@ def _where(c: dict) -> str:
 def _hit_row(c: dict, p: dict, base: str) -> Row:
     measured = np.asarray(c["selection"]["hit"])
     predicted = np.asarray(p["hit"])
-    lo, hi = np.asarray(c["selection"]["hit_ci"]).T
-    worst = int(np.argmax(np.abs(predicted - measured)))
+    worst, inside = footprint.per_phase_agreement(predicted, measured, c["selection"]["hit_ci"])
     return Row(
         "selection model: the indexer's hit rate by phase at another N or k, from the base design",
         f"{_where(c)}; needle means fitted at {base}; predicted {np.round(predicted, 3).tolist()}, "
         f"measured {np.round(measured, 3).tolist()}; holds when every phase's prediction lies in "
         "its 95% interval (seeds as clusters)",
         kind="fit", finding=True, predicted=predicted[worst], sgd=measured[worst],
-        tolerance=math.inf, floor=1.0, holds=bool(np.all((predicted >= lo) & (predicted <= hi))),
+        tolerance=math.inf, floor=1.0, holds=inside,
     )  # fmt: skip
 
 

@@ -5,8 +5,8 @@ project's two-layer decoder (a sliding layer of `W` tokens that carries a fact i
 tokens after it, then a compressed layer that reads only entries of `s` tokens), the
 shape the footprint model idealises, at several `W / s`, two strides, two lengths at one
 fact density and two pooling operators; and the same decoder with the Lightning Indexer's
-top-k on its compressed layer at one `k` over several context lengths (the selection model's
-`N / k`). Each design is reported by `sims.decoder.carry.report` (the JSON of
+top-k on its compressed layer, at one `k` over context lengths and at one length over `k`
+(the selection model's `N / k`). Each design is reported by `sims.decoder.carry.report` (the JSON of
 `weakspots lm carry`: per-phase accuracy of each seed on its own sequences, seeds as
 clusters, and the carry tests that hide the fact's own entries or the next one).
 
@@ -65,7 +65,7 @@ SIZES = {
     "tiny": dict(seeds=2, source="train", designs=(
         "s4_w2", "s4_w8", "s8_w16", "s8_w16_T256", "softmax_s8_w4", "softmax_s8_w16",
         "k4_T128", "k4_T256", "k16_T128",
-    )),  # one design of each comparison the rows make  # fmt: skip
+    )),  # fmt: skip (one design of each comparison the rows make)
     "quick": dict(seeds=SEEDS, source="recorded"),
     "full": dict(seeds=SEEDS, source="train"),
 }
@@ -129,10 +129,10 @@ def readout(logit_retrieval, chance: float) -> np.ndarray:
 def fitted_accuracy(config: LMConfig, fit: dict, hidden=()) -> np.ndarray:
     """Per-phase accuracy of the footprint model with `fit`'s offset, carry gain and key gain
     (`fit_profile`), the entries `hidden` removed (`theory.footprint_flat_retrieval_logit`)."""
-    logit = theory.footprint_flat_retrieval_logit(
+    read = theory.footprint_flat_retrieval_logit(
         config.stride, config.window, chunks(config), fit["carry_gain"], fit["decoy_gain"], hidden
     )
-    return readout(fit["offset"] + logit, 1.0 / config.value_vocab)
+    return readout(fit["offset"] + read, 1.0 / config.value_vocab)
 
 
 def fit_profile(config: LMConfig, accuracy) -> dict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from scipy.optimize import brentq
 from scipy.special import betainc, ndtr, ndtri
 
 from .accuracy import needle_accuracy
@@ -92,8 +93,6 @@ def needle_mean(hit, sigma, chunks, topk):
     """The needle's mean score mu at which P(rank <= k) = hit (docs/theory.md §9.5): the inverse
     of 1 - miss_probability in mu, by bisection (it rises monotonically in mu). hit in (0, 1),
     clipped to [1e-4, 1 - 1e-4]. Returns a float."""
-    from scipy.optimize import brentq
-
     target = min(max(float(hit), 1e-4), 1.0 - 1e-4)
     t = step_location(chunks, topk)
     span = 12.0 * max(float(sigma), step_width(chunks, topk), 1.0)

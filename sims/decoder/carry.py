@@ -155,13 +155,6 @@ def _edited_outcomes(
     return jax.vmap(per_run)(params)
 
 
-def indexed_layers(config: LMConfig) -> list[int]:
-    """Every layer whose compressed entries an indexer selects (csa, or compressed with top-k)."""
-    if not config.indexer_topk or config.operator == "none":
-        return []
-    return [layer for layer, kind in enumerate(config.layer_kinds) if kind in ("csa", "compressed")]
-
-
 @partial(jit, static_argnums=(0, 1))
 def _selection_hits(config: LMConfig, layer: int, params, starts, marks, index):
     """Per run and row `(R, K * chunk)`: whether layer `layer`'s indexer keeps, for the position
@@ -190,13 +183,12 @@ def selection(config: LMConfig, params: nnx.State, rows: Rows) -> dict | None:
     the local reach after them: `hide_all`'s) is among the first query's top `indexer_topk`
     (the selection model's hit probability, docs/theory.md §9.5). Returns `hit` `(s,)`,
     `hit_ci` (seeds as clusters), `hit_per_seed` `(R, s)` and the layer; None without an indexer."""
-    layers = indexed_layers(config)
-    if not layers:
+    indexed = part_switches(config, "off_indexer")  # the layers whose indexer can be switched off
+    if not indexed:
         return None
     config = config.static
-    layer = layers[0]
-    ratio = config.hca_stride if config.layer_kinds[layer] == "hca" else config.stride
-    overlap = config.layer_kinds[layer] == "csa" or config.overlap
+    layer = indexed[0].layer
+    ratio, overlap = {at: (m, o) for at, m, o in compressed_layers(config)}[layer]
     marks = entry_marks(config, fact_spans(config, rows), ratio, overlap, "hide_all")
     chunk = rows.starts.shape[1]
     hits = np.asarray(_selection_hits(

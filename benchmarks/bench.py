@@ -11,6 +11,9 @@ median over rounds of the ratio within a round (`paired_ratio`):
 * `fraction_of_rng_limit`: the trainer's model-steps per second over the rate at which the
   same generator, for the same batch of runs, only draws the random numbers one exact step
   needs (`benchmarks/rng_limit.py`): the share of the machine's limit that is reached.
+  Beside it, `details.fraction_of_rng_limit_evaluating_at_ends`: the same runs evaluated only
+  at their start and end (the held-out evaluations every `eval_every` steps are work the
+  limit does not do).
 * `flow_speedup_vs_scipy`: reduced-flow trajectories (docs/theory.md §5) for a batch of starts and
   gains, `sims.toy.flow.gradient_flow` on `sims.toy.flow.reduced_objective` vmapped and compiled,
   over `scipy.integrate.solve_ivp` (LSODA, `benchmarks/scipy_flow.py`) one problem at a time,
@@ -158,14 +161,22 @@ def bench_training(settings: BenchSettings, log: Callable[[str], None]) -> dict:
     log("naive loop: compiling")
     naive_compile = timed(partial(naive_trainer.train, steps=1, step=step))
 
+    # The same runs evaluated only at their start and end: what the held-out evaluations in
+    # between (every `eval_every` steps, which the RNG limit does not do) cost.
+    at_ends = partial(trainer.run_batch, config.replace(eval_every=settings.steps), hyper)
+    log("trainer, evaluating at the ends only: compiling")
+    timed(at_ends)
+
     log(f"timing: {settings.repeats} interleaved rounds")
     times = interleaved(
-        {"trainer": train_batch, "rng_limit": draw, "naive_loop": naive}, settings.repeats
+        {"trainer": train_batch, "rng_limit": draw, "naive_loop": naive, "at_ends": at_ends},
+        settings.repeats,
     )
     work = {
         "trainer": settings.runs * settings.steps,
         "rng_limit": settings.runs * settings.steps,
         "naive_loop": naive_steps,
+        "at_ends": settings.runs * settings.steps,
     }
     rates = {
         name: {clock: median_rate(work[name], times[name], clock) for clock in ("wall", "cpu")}
@@ -176,6 +187,8 @@ def bench_training(settings: BenchSettings, log: Callable[[str], None]) -> dict:
         "rates": rates,  # model-steps per second; absolute values only mean much off the CPU
         "speedup_vs_naive_loop": ratios(times, work, "trainer", "naive_loop"),
         "fraction_of_rng_limit": ratios(times, work, "trainer", "rng_limit"),
+        "fraction_of_rng_limit_evaluating_at_ends": ratios(times, work, "at_ends", "rng_limit"),
+        "evaluations": {"trainer": settings.steps // config.eval_every + 1, "at_ends": 2},
         "compile_seconds": max(first.wall - steady, 0.0),
         "rng_limit_compile_seconds": rng_compile.wall,
         "naive_compile_seconds": naive_compile.wall,
@@ -430,6 +443,12 @@ def run(settings: BenchSettings, log: Callable[[str], None] = lambda _: None) ->
         "flow_agree": flows["flow_agree"],
         "flow_max_disagreement": flows["flow_max_disagreement"],
         "details": {
+            # the trainer's runs evaluated only at start and end: the step's own share of
+            # the limit, the evaluations every `eval_every` steps left out
+            "fraction_of_rng_limit_evaluating_at_ends": training[
+                "fraction_of_rng_limit_evaluating_at_ends"
+            ]["wall"],
+            "evaluations_per_run": training["evaluations"],
             "rng_limit_compile_seconds": training["rng_limit_compile_seconds"],
             "naive_compile_seconds": training["naive_compile_seconds"],
             "flow_problems": flows["flow_problems"],
@@ -507,9 +526,7 @@ def bench_v4_vs_hf(settings: BenchSettings, log: Callable[[str], None]) -> dict:
         return {
             "lm_vs_hf_step_speedup": None,
             "lm_vs_hf_skipped": reason,
-            "targets": {
-                name: {**target, "target": t} for name, t in v4_vs_hf.TARGETS.items()
-            },
+            "targets": {name: {**target, "target": t} for name, t in v4_vs_hf.TARGETS.items()},
         }
     return v4_vs_hf.run(v4_vs_hf.QUICK if settings == QUICK else v4_vs_hf.FULL, log)
 

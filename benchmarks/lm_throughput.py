@@ -11,7 +11,8 @@
   forward and backward, plus the held-out forward pass) over the machine's float32 matmul
   rate, measured in the same run on square matrices (`PEAK_MATMUL` a side) with the same
   threads. The default decoder's, counted by `sims.decoder.train.model_flops_per_step`, is
-  `default_decoder_flop_utilisation`.
+  `default_decoder_flop_utilisation`; the same V4 decoder 8 times as wide (d = 512,
+  `wide_v4_config`), whose step is mostly matmuls, `wide_v4_flop_utilisation`.
 
 Beside the two ratios, to say where the time goes (measured in the same rounds): the
 matmul rate at the model's own shapes (`model_shape_matmul_rates`: the projections,
@@ -71,6 +72,23 @@ def bench_config(settings: LMBenchSettings) -> LMConfig:
 def v4_config(settings: LMBenchSettings) -> LMConfig:
     """The V4 decoder of `--design v4` (`V4_DESIGN`: swa, csa with indexer, hca, csa)."""
     return LMConfig(**V4_DESIGN, steps=settings.steps, eval_every=settings.steps)
+
+
+WIDE_SCALE = 8  # the V4 decoder with every width (d, q and o ranks, index dim) 8x: d = 512
+WIDE_FIELDS = ("seq_len", "d_model", "heads", "q_rank", "o_rank", "index_dim", "batch", "steps")
+
+
+def wide_v4_config(settings: LMBenchSettings) -> LMConfig:
+    """`v4_config` with its widths `WIDE_SCALE`x (d 512, 4 heads of 128, q rank 256, o rank
+    128, index dim 128), one quarter of the steps: where the step's matmuls, not its small
+    kernels, take the time."""
+    widths = ("d_model", "q_rank", "o_rank", "index_dim")
+    steps = max(1, settings.steps // 4)
+    return LMConfig(
+        **{**V4_DESIGN, **{k: WIDE_SCALE * getattr(LMConfig(**V4_DESIGN), k) for k in widths}},
+        steps=steps,
+        eval_every=steps,
+    )
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -180,12 +198,32 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
 
     jax.block_until_ready(v4_batched())
 
+    log("lm wide v4: compiling")
+    wide = wide_v4_config(settings).static
+    wide_hyper = lm_train.LMHyper.stack([wide.replace(seed=0)])
+    wide_held_out = lm_train.held_out_batch(wide)
+    wide_holder = {"states": lm_train._init_many(wide, wide_hyper)}
+
+    def wide_batched():
+        wide_holder["states"], losses, _ = lm_train._advance_many(
+            wide, wide_holder["states"], wide_hyper, wide_held_out
+        )
+        return losses
+
+    jax.block_until_ready(wide_batched())
+
     log("matmul peak: compiling")
     matmul = matmul_rate(PEAK_MATMUL, settings.matmuls)
 
     shapes = model_matmul_shapes(config)
     shape_flops = {}
-    calls = {"batch": batched, "loop": looped, "v4_batch": v4_batched, "matmul": matmul}
+    calls = {
+        "batch": batched,
+        "loop": looped,
+        "v4_batch": v4_batched,
+        "wide_v4": wide_batched,
+        "matmul": matmul,
+    }
     for name, (b, rows, inner, cols) in shapes.items():
         count = max(1, round(settings.matmuls * PEAK_MATMUL**3 / (2 * b * rows * inner * cols)))
         calls[name] = batched_matmul_rate(b, rows, inner, cols, count)
@@ -203,9 +241,10 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
     )
     v4_held_out_steps = v4.eval_batch / v4.batch / 3
     v4_flops = (
-        settings.runs
-        * (settings.steps + v4_held_out_steps)
-        * v4_vs_hf.decoder_flops_per_step(v4)
+        settings.runs * (settings.steps + v4_held_out_steps) * v4_vs_hf.decoder_flops_per_step(v4)
+    )
+    wide_flops = (wide.steps + wide.eval_batch / wide.batch / 3) * v4_vs_hf.decoder_flops_per_step(
+        wide
     )
     matmul_flops = settings.matmuls * 2.0 * PEAK_MATMUL**3
     wall = {name: np.array([t[0] for t in ts]) for name, ts in times.items()}
@@ -215,6 +254,9 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
         np.median((flops / wall["batch"]) / (matmul_flops / wall["matmul"]))
     )
     utilisation = float(np.median((v4_flops / wall["v4_batch"]) / (matmul_flops / wall["matmul"])))
+    wide_utilisation = float(
+        np.median((wide_flops / wall["wide_v4"]) / (matmul_flops / wall["matmul"]))
+    )
     peak = matmul_flops / wall["matmul"]
     cost = one_step.lower(singles[0], single_hyper[0]).compile().cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
@@ -228,6 +270,9 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
             ),
         },
         "default_decoder_flop_utilisation": default_utilisation,
+        "wide_v4_flop_utilisation": wide_utilisation,
+        "wide_v4_config": {k: getattr(wide, k) for k in WIDE_FIELDS},
+        "wide_v4_model_flops_per_step": v4_vs_hf.decoder_flops_per_step(wide),
         "v4_model_flops_per_step": v4_vs_hf.decoder_flops_per_step(v4),
         "v4_config": {
             k: getattr(v4, k)
@@ -249,7 +294,7 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
         },
         "cpu_seconds_per_wall_second": {
             name: float(np.median(cpu[name] / wall[name]))
-            for name in ("batch", "loop", "v4_batch", "matmul")
+            for name in ("batch", "loop", "v4_batch", "wide_v4", "matmul")
         },
         "held_out_flops_share": held_out_steps / (settings.steps + held_out_steps),
         "model_flops_per_step": lm_train.model_flops_per_step(config),

@@ -235,6 +235,9 @@ def test_bench_quick_json(capsys):
     ):
         assert key in result
     assert result["flow_agree"]
+    assert result["details"]["fraction_of_rng_limit_evaluating_at_ends"] > 0
+    evaluations = result["details"]["evaluations_per_run"]
+    assert evaluations["at_ends"] == 2 and evaluations["trainer"] >= 2
     assert "lm_speedup_vs_loop" not in result["targets"]  # measured, no longer a target
 
 

@@ -125,6 +125,7 @@ def register(subparsers) -> None:
     train.set_defaults(handler=run_train)
     register_ablate(verbs)
     register_carry(verbs)
+    register_prefetch(verbs)
 
 
 def add_cache_flag(parser: argparse.ArgumentParser) -> None:
@@ -467,3 +468,84 @@ def carry_text(base: LMConfig, report: dict) -> str:
         "carry tests (the shared sequences; accuracy by value phase, mean drop with 95% CI)\n"
         + common.table(["test", *phases, "drop"], rows),
     ])  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- lm prefetch
+
+PREFETCH_STUDIES = ("amplifier", "footprint", "selection", "mechanism", "family")
+
+
+def register_prefetch(verbs) -> None:
+    """`weakspots lm prefetch`: train a size's decoders into the cache, one share at a time."""
+    parser = verbs.add_parser(
+        "prefetch",
+        help="train the decoders of paper_repro's decoder studies into the cache, in shares",
+        description=(
+            "Train every decoder the decoder studies train at --size (full: the amplifier grid, "
+            "the footprint and selection designs, the mechanism designs, the family grid) into "
+            "the checkpoint cache ($WEAKSPOTS_LM_CACHE, else ~/.cache/weakspots/lm), or only "
+            "share i of n (--slice i/n; inside a Slurm job array, the task's share). Shares are "
+            "dealt by estimated cost and depend only on the size and the studies, so "
+            "independent processes on a shared filesystem split the work; decoders already "
+            "cached are not trained again. Then paper_repro.py --full with the same cache "
+            "only evaluates (sims.decoder.prefetch)."
+        ),
+        epilog=common.examples(
+            "weakspots lm prefetch --size full --dry-run",
+            "weakspots lm prefetch --size full --slice 0/16 --studies amplifier",
+            "WEAKSPOTS_LM_CACHE=/shared/lm sbatch --array=0-15 --wrap "
+            "'weakspots lm prefetch --size full'",
+        ),
+    )
+    parser.add_argument("--size", default="full", choices=("tiny", "full"),
+                        help="the size of the studies (default: full)")  # fmt: skip
+    parser.add_argument(
+        "--studies",
+        nargs="+",
+        default=list(PREFETCH_STUDIES),
+        choices=PREFETCH_STUDIES,
+        help="the studies whose decoders to train (default: all)",
+    )
+    parser.add_argument("--slice", help="train share i of n (0-based), e.g. 3/16")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the share's groups and whether cached"
+    )
+    common.add_output_flags(parser)
+    parser.set_defaults(handler=run_prefetch)
+
+
+def run_prefetch(args: argparse.Namespace) -> int:
+    import sys
+
+    from weakspots.sims.cli.sweep import parse_slice
+    from weakspots.sims.runs import sweep
+
+    try:
+        share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
+    except sweep.SpecError as err:
+        raise common.UsageError(str(err)) from None
+    index, count = share or (0, 1)
+    if args.slice is None and share is not None and not args.quiet:
+        print(f"lm prefetch: Slurm array task: slice {index}/{count}", file=sys.stderr)
+    from weakspots.sims.decoder import prefetch
+    from weakspots.sims.runs.progress import Progress
+
+    every = prefetch.groups(args.size, args.studies)
+    mine = prefetch.shares(every, count)[index]
+    if args.dry_run:
+        rows = [dict(group=g.name, seeds=len(g.configs), cost=g.cost,
+                     cached=prefetch.cached(g)) for g in mine]  # fmt: skip
+    else:
+        with Progress("lm prefetch", "groups", enabled=common.progress_enabled(args)) as progress:
+            rows = prefetch.fill(mine, progress=progress)
+    out = {"size": args.size, "slice": [index, count], "groups_in_size": len(every),
+           "groups": rows}  # fmt: skip
+    if args.json:
+        common.print_json(out)
+    else:
+        head = f"lm prefetch --size {args.size}: share {index}/{count}, {len(mine)} of {len(every)} groups"
+        keys = ("group", "seeds", "cached", "cost" if args.dry_run else "seconds")
+        table = [[r[k] if not isinstance(r[k], float) else f"{r[k]:.3g}" for k in keys]
+                 for r in rows]  # fmt: skip
+        print(head + "\n" + common.table(list(keys), table))
+    return 0

@@ -2,7 +2,8 @@
 
 `configs(size)` lists the runs: for every context length, every operator at every stride,
 and the dense control (`--operator none`, trained once per context length and counted
-at every stride); `run(size)` trains them (one compile per structure, seeds batched) and
+at every stride); `run(size)` trains them (one compile per structure, seeds batched; at
+`full` kept in, and loaded from, the `sims.decoder.checkpoint` cache) and
 returns one row per (operator, stride, context) with the outcomes pooled over seeds:
 `delta_max`, its noise floor, the interval gap (best phase's lower bound minus worst
 phase's upper bound: positive when the weak spot is beyond the intervals, seeds as
@@ -23,8 +24,8 @@ import json
 import numpy as np
 
 from weakspots.idealized.decoder.config import LMConfig, with_design
+from weakspots.sims.decoder.checkpoint import trained
 from weakspots.sims.decoder.evaluate import phase_summary
-from weakspots.sims.decoder.train import train_many
 from weakspots.sims.runs.progress import Progress
 
 SIZES: dict[str, dict] = {
@@ -136,7 +137,7 @@ def recorded_design(design: str) -> dict:
 def run(size: str, progress: Progress | None = None) -> dict:
     """Train the grid; one row per (operator, stride, context) with the pooled phase metrics,
     and under `designs` one per (design, stride, context) (`recorded_design` below `full`)."""
-    results = train_many(configs(size), progress=progress)
+    results = trained(configs(size), directory=size == "full", progress=progress)
     rows = []
     for operator, stride, seq_len in cells(size):
         config = cell_config(size, operator, stride, seq_len)

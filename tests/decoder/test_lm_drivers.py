@@ -41,3 +41,7 @@ def test_lm_throughput_reports_both_ratios():
         assert result[name] > 0 and name in result["targets"]
     # XLA counts elementwise work too: at least the matmuls of the forward and backward
     assert result["xla_flops_per_step"] >= 0.9 * result["model_flops_per_step"]
+    # the wide V4 decoder: every width 8x, so its projections' FLOPs grow ~64x
+    assert result["wide_v4_config"]["d_model"] == 8 * result["v4_config"]["d_model"]
+    assert result["wide_v4_flop_utilisation"] > 0
+    assert result["wide_v4_model_flops_per_step"] > 30 * result["v4_model_flops_per_step"]

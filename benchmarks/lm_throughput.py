@@ -97,6 +97,23 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def batched_block(config: LMConfig, runs: int) -> Callable[[], object]:
+    """A call advancing `runs` seeds of `config` by one block (`eval_every` steps and the
+    held-out evaluation) as the batched trainer does; compiled and run once before returning."""
+    hyper = lm_train.LMHyper.stack([config.replace(seed=s) for s in range(runs)])
+    held_out = lm_train.held_out_batch(config)
+    holder = {"states": lm_train._init_many(config, hyper)}
+
+    def call():
+        holder["states"], losses, _ = lm_train._advance_many(
+            config, holder["states"], hyper, held_out
+        )
+        return losses
+
+    jax.block_until_ready(call())
+    return call
+
+
 def matmul_rate(side: int, count: int) -> Callable[[], object]:
     """A call doing `count` dependent `side x side` float32 matmuls (FLOPs: `2 side^3` each)."""
     a = jax.random.normal(jax.random.key(0), (side, side), jnp.float32) / float(np.sqrt(side))
@@ -186,31 +203,10 @@ def run(settings: LMBenchSettings = FULL, log: Callable[[str], None] = lambda _:
 
     log("lm v4 batch: compiling")
     v4 = v4_config(settings).static
-    v4_hyper = lm_train.LMHyper.stack([v4.replace(seed=s) for s in range(settings.runs)])
-    v4_held_out = lm_train.held_out_batch(v4)
-    v4_holder = {"states": lm_train._init_many(v4, v4_hyper)}
-
-    def v4_batched():
-        v4_holder["states"], losses, _ = lm_train._advance_many(
-            v4, v4_holder["states"], v4_hyper, v4_held_out
-        )
-        return losses
-
-    jax.block_until_ready(v4_batched())
-
+    v4_batched = batched_block(v4, settings.runs)
     log("lm wide v4: compiling")
     wide = wide_v4_config(settings).static
-    wide_hyper = lm_train.LMHyper.stack([wide.replace(seed=0)])
-    wide_held_out = lm_train.held_out_batch(wide)
-    wide_holder = {"states": lm_train._init_many(wide, wide_hyper)}
-
-    def wide_batched():
-        wide_holder["states"], losses, _ = lm_train._advance_many(
-            wide, wide_holder["states"], wide_hyper, wide_held_out
-        )
-        return losses
-
-    jax.block_until_ready(wide_batched())
+    wide_batched = batched_block(wide, 1)
 
     log("matmul peak: compiling")
     matmul = matmul_rate(PEAK_MATMUL, settings.matmuls)

@@ -40,6 +40,7 @@ LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
 V4_FIELDS = (
     "hca_stride", "indexer_topk", "index_heads", "index_dim", "shared_kv", "sink", "qk_norm",
     "rope_fraction", "compress_rope_theta", "q_rank", "o_groups", "o_rank", "indexer_kl",
+    "separate_values",
 )  # fmt: skip
 """The V4 layer's switches (`DecoderConfig`; the indexer's also serve compressed layers), and
 the weight of the indexer's training loss."""
@@ -130,7 +131,9 @@ class DecoderConfig:
     heads, else one per head, each with its own compressor), `sink` (a learned logit per
     head), `qk_norm` (RMSNorm on queries and KV), `q_rank` (low-rank query path, 0: off),
     `o_groups` x `o_rank` (grouped low-rank output, 0: off), `compress_rope_theta` (RoPE
-    base of csa/hca layers). `rope_fraction > 0` sets the RoPE channels of every layer to
+    base of csa/hca layers). `separate_values` is not V4's: a value projection (and, in
+    csa/hca layers, a value compressor) of its own beside the keys, K != V, values without
+    RoPE (a diagnostic of V4's K = V). `rope_fraction > 0` sets the RoPE channels of every layer to
     `int(rope_fraction * head_dim)` in place of `rope_dim`. `operator = none` makes csa
     and hca layers dense V4 layers (the control).
     """
@@ -160,6 +163,7 @@ class DecoderConfig:
     q_rank: int = 0
     o_groups: int = 0
     o_rank: int = 0
+    separate_values: bool = False
 
     def __post_init__(self):
         _int_at_least("vocab", self.vocab, 2)
@@ -219,14 +223,14 @@ class DecoderConfig:
         _int_at_least("indexer_topk", self.indexer_topk, 0)
         _int_at_least("index_heads", self.index_heads, 1)
         _int_at_least("index_dim", self.index_dim, 2)
-        for name in ("shared_kv", "sink", "qk_norm"):
+        for name in ("shared_kv", "sink", "qk_norm", "separate_values"):
             _boolean(name, getattr(self, name))
         _positive_finite("compress_rope_theta", self.compress_rope_theta)
         _int_at_least("q_rank", self.q_rank, 0)
         _int_at_least("o_groups", self.o_groups, 0)
         _int_at_least("o_rank", self.o_rank, 0)
         v4 = any(kind in V4_KINDS for kind in self.layer_kinds)
-        for name in ("shared_kv", "sink", "qk_norm", "q_rank", "o_groups"):
+        for name in ("shared_kv", "sink", "qk_norm", "q_rank", "o_groups", "separate_values"):
             if getattr(self, name) and not v4:
                 raise ConfigError(
                     name, "applies to DeepSeek-V4's layers: put swa, csa or hca in --layout"
@@ -393,6 +397,7 @@ class LMConfig:
     q_rank: int = DecoderConfig.q_rank
     o_groups: int = DecoderConfig.o_groups
     o_rank: int = DecoderConfig.o_rank
+    separate_values: bool = DecoderConfig.separate_values
     indexer_kl: float = 1.0
     steps: int = 2000
     batch: int = 32

@@ -67,6 +67,7 @@ def make_v4_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> V4
         q_rank=config.q_rank,
         o_groups=config.o_groups,
         o_rank=config.o_rank,
+        separate_values=config.separate_values,
         rngs=rngs,
     )
 

@@ -252,6 +252,8 @@ class V4Attention(nnx.Module):
         index_heads, index_dim: the indexer's heads and head width.
         q_rank: rank of the low-rank query path (0: one projection).
         o_groups, o_rank: grouped low-rank output projection (0: one projection).
+        separate_values: not V4's: values from a projection (and compressor) of their own,
+            without RoPE, in place of K = V (a diagnostic).
     """
 
     def __init__(
@@ -274,6 +276,7 @@ class V4Attention(nnx.Module):
         q_rank: int = 0,
         o_groups: int = 0,
         o_rank: int = 0,
+        separate_values: bool = False,
         rngs: nnx.Rngs,
     ):
         if kind not in V4_LAYER_KINDS:
@@ -312,6 +315,13 @@ class V4Attention(nnx.Module):
             )  # fmt: skip
         else:
             self.indexer = None
+        # Not V4's (K = V there): a value projection, and compressor, of their own.
+        self.v = _linear(d_model, self.kv_heads * head_dim, rngs) if separate_values else None
+        self.v_compressor = (
+            V4Compressor(ratio, self.kv_heads, d_model, head_dim, kind == "csa", rngs=rngs)
+            if separate_values and self.compressor is not None
+            else None
+        )
         if o_groups:
             group_in = heads * head_dim // o_groups
             self.o_a = nnx.Param(_normal(rngs, (o_groups, group_in, o_rank), group_in))
@@ -341,15 +351,22 @@ class V4Attention(nnx.Module):
         if self.kv_norm is not None:
             kv = self.kv_norm(kv)
         kv = self._per_query_head(turn(kv, positions))
+        values = kv  # K = V, RoPE'd
+        if self.v is not None:
+            values = self._per_query_head(self.v(x).reshape(batch, length, self.kv_heads, hd))
         scale = 1.0 / jnp.sqrt(jnp.float32(hd))
         scores, masks = [], []
         entries = None
         if self.compressor is not None and length >= self.stride:
             entries = self.compressor(x)  # (B, C, G, hd)
             sow(self, "compressed_keys", lambda: self._per_query_head(entries))
-            sow(self, "compressed_values", lambda: self._per_query_head(entries))
+            raw_values = self.v_compressor(x) if self.v_compressor is not None else entries
+            sow(self, "compressed_values", lambda: self._per_query_head(raw_values))
             starts = jnp.arange(entries.shape[1], dtype=jnp.float32) * self.stride
             entries = self._per_query_head(turn(entries, starts))
+            entry_values = entries  # K = V, RoPE'd
+            if self.v_compressor is not None:
+                entry_values = self._per_query_head(raw_values)
             logits = jnp.einsum("bthd,bchd->bhtc", q, entries) * scale
             visible = compressed_visibility(length, self.stride)
             seen = visible  # hidden entries: gone for the indexer too
@@ -382,12 +399,13 @@ class V4Attention(nnx.Module):
         parts = jnp.split(probs, [sum(splits[: i + 1]) for i in range(len(splits) - 1)], -1)
         out = jnp.zeros((batch, length, self.heads, hd), jnp.float32)
         if entries is not None:
-            out = out + jnp.einsum("bhtc,bchd->bthd", parts[0], entries)
+            out = out + jnp.einsum("bhtc,bchd->bthd", parts[0], entry_values)
         if self.local_window:
-            out = out + local_mix(parts[-2], kv.transpose(0, 2, 1, 3), self.local_window)
+            out = out + local_mix(parts[-2], values.transpose(0, 2, 1, 3), self.local_window)
         if len(parts) > 1:
             sow(self, "attention", lambda: dense_weights(parts[:-1], self.local_window))
-        out = turn(out, -positions)  # the values carry RoPE (K = V): undo it at the query
+        if self.v is None:
+            out = turn(out, -positions)  # the values carry RoPE (K = V): undo it at the query
         if self.o_a is not None:
             grouped = out.reshape(batch, length, self.o_groups, -1)
             mixed = jnp.einsum("btgi,gir->btgr", grouped, self.o_a[...])

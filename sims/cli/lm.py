@@ -68,6 +68,8 @@ HELP = {
     "o_groups": "groups of heads of the grouped low-rank output projection (0: one projection)",
     "o_rank": "rank of each output group",
     "indexer_kl": "weight of the indexer's KL to the main attention in the training loss",
+    "separate_values": "not V4's: values from a projection and compressor of their own "
+    "(K != V, no RoPE on values), a diagnostic of V4's K = V",
 }
 
 

@@ -287,3 +287,25 @@ def test_lm_sweep_stores_the_indexer_recall():
     config = LMConfig(**{**V4_DESIGN, **tiny, "layers": 3, "layout": v4_layout(3)})
     ((metrics, _),) = lm_sweep.execute([config], 1)
     assert 0.0 <= metrics["indexer_recall"] <= 1.0 and not metrics["diverged"]
+
+
+@pytest.mark.parametrize("kind", ["csa", "hca", "sliding"])
+def test_separate_values_carry_every_value_and_leave_the_keys(kind):
+    """`separate_values` (not V4's, a diagnostic of K = V): with the value projection and the
+    value compressor's output zeroed, the layer outputs zero though keys and queries are
+    intact; off, the layer has neither, so V4's layer keeps its parameters."""
+    x = jnp.asarray(np.random.default_rng(1).normal(size=(2, T, D)), jnp.float32)
+    module = layer(kind, separate_values=True, o_groups=0)
+    graph, state = nnx.split(module)
+    assert np.abs(np.asarray(nnx.merge(graph, state)(x))).max() > 1e-3
+
+    def zeroed(path, value):
+        names = [str(getattr(p, "key", p)) for p in path]
+        hit = names[0] == "v" or (names[0] == "v_compressor" and "norm" in names)
+        return jnp.zeros_like(value) if hit else value
+
+    silent = jax.tree_util.tree_map_with_path(zeroed, state)
+    np.testing.assert_allclose(np.asarray(nnx.merge(graph, silent)(x)), 0.0, atol=1e-6)
+    plain = layer(kind)
+    assert plain.v is None and plain.v_compressor is None
+    assert "separate_values" not in LMConfig(layout="swa,csa").asdict()  # hashes unchanged

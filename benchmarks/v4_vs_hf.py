@@ -193,6 +193,7 @@ def v4_layer_flops(
     index_topk: int = 0,
     index_heads: int = 4,
     index_dim: int = 16,
+    separate_values: bool = False,
 ) -> dict[str, float]:
     """Forward FLOPs of one `V4Attention` on one sequence, by part (`V4Attention`'s names).
 
@@ -204,15 +205,17 @@ def v4_layer_flops(
     of every query with every entry and the weighted sum over heads. `top_k`: one
     comparison per (query, entry) score. Pooling, norms and RoPE are not counted.
     `indexer_projections`: the part of `indexer` that projects the (detached) input.
+    `separate_values` (not V4's): the value projection and compressor too.
     """
     T, D, H, hd = length, d_model, heads, head_dim
     flops = 2 * T * (D * q_rank + q_rank * H * hd) if q_rank else 2 * T * D * H * hd
-    flops += 2 * T * D * kv_heads * hd
+    copies = 2 if separate_values else 1  # keys (= values in V4), and values of their own
+    flops += copies * 2 * T * D * kv_heads * hd
     entries = 0
     if kind != "sliding":
         entries = T // ratio
         coff = 2 if kind == "csa" else 1
-        flops += 2 * 2 * T * D * kv_heads * coff * hd
+        flops += copies * 2 * 2 * T * D * kv_heads * coff * hd
     scored = T * entries + (_banded(T, local_window) if local_window else 0)
     flops += 2 * 2 * hd * H * scored
     if o_groups:
@@ -263,6 +266,7 @@ def decoder_flops_per_step(config) -> float:
             index_topk=config.indexer_topk,
             index_heads=config.index_heads,
             index_dim=config.index_dim,
+            separate_values=config.separate_values,
         )
         forward += parts["matmul"] + 2 * 2 * config.mlp * d * d * T
         # the indexer's KL is differentiated (even at weight 0): its projections' weight

@@ -71,12 +71,15 @@ def _dot_flops(jaxpr) -> int:
 
 
 @pytest.mark.parametrize(
-    ("kind", "ratio", "topk"), [("csa", 4, 4), ("csa", 4, 0), ("hca", 16, 0), ("sliding", 1, 0)]
-)
-def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk):
+    ("kind", "ratio", "topk", "separate"),
+    [("csa", 4, 4, False), ("csa", 4, 0, False), ("hca", 16, 0, False), ("sliding", 1, 0, False),
+     ("csa", 4, 4, True), ("sliding", 1, 0, True)],
+)  # fmt: skip
+def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk, separate):
     """`v4_layer_flops` (matmul + indexer) equals the dot_general FLOPs of the traced forward."""
     shapes = dict(ratio=ratio, local_window=8, q_rank=16, o_groups=2, o_rank=8,
-                  index_topk=topk, index_heads=4, index_dim=8)  # fmt: skip
+                  index_topk=topk, index_heads=4, index_dim=8,
+                  separate_values=separate)  # fmt: skip
     layer = V4Attention(32, 4, 16, kind=kind, rope_dim=8, rngs=nnx.Rngs(0), **shapes)
     graph, params = nnx.split(layer)
     jaxpr = jax.make_jaxpr(lambda p, x: nnx.merge(graph, p)(x))(params, jnp.ones((1, 64, 32)))
@@ -85,7 +88,8 @@ def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk):
     assert (count["indexer"] > 0) == (count["top_k"] > 0) == (kind == "csa" and topk > 0)
 
 
-def test_decoder_flop_count_is_the_traced_training_step():
+@pytest.mark.parametrize("separate", [False, True])
+def test_decoder_flop_count_is_the_traced_training_step(separate):
     """`decoder_flops_per_step` less top-k equals the dot_general FLOPs of a traced V4
     decoder training step (forward, backward, the indexer's KL), at a small batch."""
     from functools import partial
@@ -93,7 +97,7 @@ def test_decoder_flop_count_is_the_traced_training_step():
     from weakspots.idealized.decoder.config import V4_DESIGN, LMConfig
     from weakspots.sims.decoder import train as lm_train
 
-    config = LMConfig(**V4_DESIGN, batch=2).static
+    config = LMConfig(**V4_DESIGN, batch=2, separate_values=separate).static
     hyper = jax.tree.map(lambda x: x[0], lm_train.LMHyper.stack([config]))
     state = jax.eval_shape(partial(lm_train.init, config), hyper)
     jaxpr = jax.make_jaxpr(partial(lm_train.step, config))(state, hyper)

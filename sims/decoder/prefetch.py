@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.sims.decoder import amplifier, family, footprint, study
-from weakspots.sims.decoder.checkpoint import load, trained
+from weakspots.sims.decoder.checkpoint import cache_directory, load, trained
 from weakspots.sims.runs.progress import Progress
 
 
@@ -128,8 +128,6 @@ def shares(all_groups: Sequence[Group], count: int) -> list[list[Group]]:
 
 def cached(group: Group, directory=True) -> bool:
     """Whether every config of `group` is in the checkpoint cache."""
-    from weakspots.sims.decoder.checkpoint import cache_directory
-
     folder = cache_directory() if directory is True else directory
     return all(load(folder, c) is not None for c in group.configs)
 

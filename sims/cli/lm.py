@@ -517,18 +517,9 @@ def register_prefetch(verbs) -> None:
 
 
 def run_prefetch(args: argparse.Namespace) -> int:
-    import sys
+    from weakspots.sims.cli.sweep import share_of
 
-    from weakspots.sims.cli.sweep import parse_slice
-    from weakspots.sims.runs import sweep
-
-    try:
-        share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
-    except sweep.SpecError as err:
-        raise common.UsageError(str(err)) from None
-    index, count = share or (0, 1)
-    if args.slice is None and share is not None and not args.quiet:
-        print(f"lm prefetch: Slurm array task: slice {index}/{count}", file=sys.stderr)
+    index, count = share_of(args, "lm prefetch")
     from weakspots.sims.decoder import prefetch
     from weakspots.sims.runs.progress import Progress
 

@@ -94,6 +94,21 @@ def parse_slice(text: str) -> tuple[int, int]:
     return index, count
 
 
+def share_of(args: argparse.Namespace, label: str) -> tuple[int, int]:
+    """`(index, count)` from `--slice i/n`, else from the Slurm job array this task is in
+    (said on stderr unless `--quiet`), else `(0, 1)`; a bad slice is a UsageError."""
+    from weakspots.sims.runs import sweep
+
+    try:
+        share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
+    except sweep.SpecError as err:
+        raise common.UsageError(str(err)) from None
+    index, count = share or (0, 1)
+    if args.slice is None and share is not None and not args.quiet:
+        print(f"{label}: Slurm array task: slice {index}/{count}", file=sys.stderr)
+    return index, count
+
+
 def run(args: argparse.Namespace) -> int:
     if args.runs_per_device is not None and args.runs_per_device < 1:
         raise common.UsageError(
@@ -104,15 +119,12 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
     from weakspots.sims.runs import store, sweep
 
+    index, count = share_of(args, "sweep")
     try:
-        share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
-        index, count = share or (0, 1)
         runs = sweep.select_slice(sweep.load_spec(args.spec).runs(), index, count)
         timeout = sweep.distributed_timeout(args.distributed_timeout)
     except sweep.SpecError as err:
         raise common.UsageError(str(err)) from None
-    if args.slice is None and share is not None and not args.quiet:
-        print(f"sweep: Slurm array task: slice {index}/{count}", file=sys.stderr)
     if args.dry_run:
         print(dry_run_report(runs, args.store if args.resume else None))
         return 0

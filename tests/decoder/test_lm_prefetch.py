@@ -36,6 +36,10 @@ def test_groups_are_what_each_study_trains():
     )
     # quick reads recordings: nothing to train
     assert prefetch.groups("quick") == []
+    # the CLI's choices (listed without importing jax) are the studies
+    from weakspots.sims.cli.lm import PREFETCH_STUDIES
+
+    assert PREFETCH_STUDIES == tuple(prefetch.STUDIES)
 
 
 @pytest.mark.parametrize("count", [1, 3, 16])

@@ -18,28 +18,19 @@ import json
 import sys
 import time
 
-import jax
-
+from weakspots.benchmarks import lm_throughput
 from weakspots.idealized.precision import float64_module
 from weakspots.sims.decoder import amplifier
-from weakspots.sims.decoder import train as lm_train
 
 
 def step_cost(config, steps: int) -> dict:
     """CPU and wall seconds per training step of one seed of `config` (a block of `steps`
     steps ending in its held-out evaluation, timed after a first, compiling call)."""
     config = config.replace(steps=steps, eval_every=steps).static
-    hyper = lm_train.LMHyper.stack([config.replace(seed=0)])
-    held_out = lm_train.held_out_batch(config)
-    states = lm_train._init_many(config, hyper)
     start = time.perf_counter()
-    states, _, _ = lm_train._advance_many(config, states, hyper, held_out)
-    jax.block_until_ready(states)
+    block = lm_throughput.batched_block(config, 1)  # compiled and run once
     compile_seconds = time.perf_counter() - start
-    wall, cpu = time.perf_counter(), time.process_time()
-    states, _, _ = lm_train._advance_many(config, states, hyper, held_out)
-    jax.block_until_ready(states)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    wall, cpu = lm_throughput._timed(block)
     return {"cpu": cpu / steps, "wall": wall / steps, "compile": compile_seconds}
 
 

@@ -107,3 +107,27 @@ def test_two_processes_fill_one_cache_that_the_study_then_only_reads(tmp_path, m
     assert json.dumps(from_cache["cells"][0]["report"], sort_keys=True) == json.dumps(
         fresh, sort_keys=True
     )
+
+
+def test_full_budget_charges_every_cell_of_the_full_grid(monkeypatch):
+    """`benchmarks.full_budget`: every cell of the amplifier's full grid is charged its
+    (arm, context)'s measured V4 or dense step cost x 4000 steps x its seeds."""
+    from weakspots.benchmarks import full_budget
+
+    cost = {}
+
+    def fake(config, steps):
+        key = (config.layout, config.seq_len, config.operator == "none")
+        cost[key] = 1e-3 * len(cost) + 1e-3  # a distinct cost per measured config
+        return {"cpu": cost[key], "wall": cost[key], "compile": 0.0}
+
+    monkeypatch.setattr(full_budget, "step_cost", fake)
+    budget = full_budget.amplifier_budget()
+    cells = amplifier.cells("full")
+    assert len(budget["charged"]) == len(cells) == budget["cells"]
+    expected = 0.0
+    for arm, design, seq_len in cells:
+        config = amplifier.design_config("full", arm, design, seq_len)
+        per_step = cost[(config.layout, seq_len, design == "dense")]
+        expected += per_step * 4000 * amplifier.seeds_of("full", design, arm)
+    assert budget["cpu_hours"] == pytest.approx(expected / 3600, rel=1e-12)

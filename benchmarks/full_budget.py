@@ -1,11 +1,13 @@
 """What the amplifier study's `--full` grid costs to train, from measured step costs.
 
-`sims.decoder.amplifier.SIZES["full"]` trains every design of both arms at three contexts,
-4 seeds of 4000 steps each. This measures, per (arm, context), the CPU seconds of one
-training step of one seed (a block of `--steps` steps and its held-out evaluation, after
-compiling) for V4's design and for the dense control, whose attention grows as T^2, and
-multiplies out the grid: the other ablations are charged V4's cost (each removes a part of
-V4's layer, so they cost V4's or less). The carry tests and the phase evaluation after
+`sims.decoder.amplifier.SIZES["full"]` trains every design of the CSA and HCA arms at three
+contexts, 4 seeds of 4000 steps each, and the `csa_add` arm at one context, 4 seeds of 1000
+steps. This measures, per (arm, context), the CPU seconds of one training step of one seed
+(a block of `--steps` steps and its held-out evaluation, after compiling) for the arm's
+reference design (V4's; `csa_add`'s base) and for the dense control, whose attention grows
+as T^2, and multiplies out the grid: the other designs are charged their reference's cost
+(an ablation removes a part of V4's layer, so costs V4's or less; an addition puts one part
+into the base, so costs about the base's, a little more). The carry tests and the phase evaluation after
 training are not counted. Prints a JSON with the per-step costs and the total CPU-hours.
 
     python -m weakspots.benchmarks.full_budget [--steps 4]
@@ -38,24 +40,24 @@ def amplifier_budget(steps: int = 4, log=lambda _: None) -> dict:
     """Per (arm, context): the measured step costs of `v4` and `dense`; per cell of the full
     grid its charged cost; the total CPU-hours."""
     size = "full"
-    train_steps = amplifier.SIZES[size]["config"]["steps"]
     measured = {}
     cells = amplifier.cells(size)
     for arm, seq_len in dict.fromkeys((a, t) for a, _, t in cells):
-        for design in ("v4", "dense"):
+        for design in (amplifier.REFERENCE[arm], "dense"):
             log(f"{arm} T={seq_len} {design}")
             config = amplifier.design_config(size, arm, design, seq_len)
             measured[f"{arm}/{seq_len}/{design}"] = step_cost(config, steps)
     charged = []
     for arm, design, seq_len in cells:
-        key = f"{arm}/{seq_len}/{'dense' if design == 'dense' else 'v4'}"
+        key = f"{arm}/{seq_len}/{'dense' if design == 'dense' else amplifier.REFERENCE[arm]}"
         seeds = amplifier.seeds_of(size, design, arm)
+        train_steps = amplifier.design_config(size, arm, design, seq_len).steps
         cpu = measured[key]["cpu"] * train_steps * seeds
         charged.append(dict(arm=arm, design=design, seq_len=seq_len, seeds=seeds,
-                            charged_as=key, cpu_seconds=cpu))  # fmt: skip
+                            steps=train_steps, charged_as=key, cpu_seconds=cpu))  # fmt: skip
     total = sum(c["cpu_seconds"] for c in charged)
     return {
-        "steps_per_seed": train_steps,
+        "steps_per_seed": amplifier.SIZES[size]["config"]["steps"],
         "cells": len(charged),
         "step_cost": measured,
         "charged": charged,

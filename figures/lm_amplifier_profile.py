@@ -1,12 +1,13 @@
 """Figure (g): per-phase accuracy of DeepSeek-V4's design, its dense control and its most
-amplifying ablation."""
+amplifying ablation (in the `csa_add` arm: the base, its control, the part with the largest gap)."""
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.lm_amplifier import panel_title
+from weakspots.figures.style import COLORS, figure
 
 CAPTION = (
-    "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study; facts beyond the query's uncompressed reach, each seed on its own sequences.",
+    "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study (last panel: the base with every part off, K != V and 8 facts, beside its control and the part whose addition gives the largest delta_max); facts beyond the query's uncompressed reach, each seed on its own sequences.",
     "Bands: 95% intervals with the seeds as clusters.",
 )
 
@@ -28,8 +29,7 @@ def make(results, predictions=None):
         ax.set_xticks(np.arange(len(p["designs"][0]["phase_accuracy"])))
         ax.set_xlabel("phase of the queried value")
         ax.set_ylabel("accuracy")
-        ax.set_title(f"{p['arm'].upper()}, T = {p['seq_len']}", loc="left")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    legend_below(fig, ncol=1, handles=handles, labels=labels)
-    fig.suptitle("Per-phase profile: V4, dense control, most amplifying ablation")
+        ax.set_title(panel_title(p["arm"], p["seq_len"]), loc="left", fontsize=8)
+        ax.legend(loc="best", fontsize=7)  # each panel its own designs
+    fig.suptitle("Per-phase profile: reference design, dense control, largest-gap variant")
     return fig

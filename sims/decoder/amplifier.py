@@ -10,11 +10,20 @@ each seed on its own sequences, `delta_max` with its interval and noise floor (s
 clusters); the carry tests (which entries the fact is read from); and each part switched
 off at inference in the trained design.
 
+V4's design does not leave the bag-of-values plateau at this scale (its values are its keys,
+K = V; docs/lm_runs/README.md), so its gap says nothing of amplification. The arm `csa_add`
+starts from a base that learns the task (V4's CSA layer with every part off, values of their
+own, 8 facts per sequence, 1000 steps) and switches one part on at a time (`ADDITIONS`),
+beside the same base's dense control: each part's effect on the gap where there is
+accuracy for a gap to open in.
+
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
 `command`, a `weakspots lm carry` line that reproduces it): at CSA, V4's design and its
 control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
-local branch) and two-token keys with 2; at HCA, V4's design and its control with 2.
+local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
+`csa_add` arm (base, each part on, dense control) with 4, the base and the indexer's top-k
+with 8.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -45,12 +54,45 @@ ABLATIONS: dict[str, dict] = {
 """Design name -> the fields it changes from V4's design (`v4`: none; `dense`: the control;
 `key_len2`: the task with two-token keys, where a straddling fact is not simply phase 0)."""
 
+ADDITIONS: dict[str, dict] = {
+    "base": {},
+    "with_topk": dict(indexer_topk=8),
+    "with_shared_kv": dict(shared_kv=True),
+    "with_sink": dict(sink=True),
+    "with_qk_norm": dict(qk_norm=True),
+    "with_rope_quarter": dict(rope_fraction=0.25),
+    "with_q_rank": dict(q_rank=32),
+    "with_o_groups": dict(o_groups=2, o_rank=16),
+}
+"""Design name -> the one part of V4 it switches on in the `csa_add` arm's base (V4's value
+for that part; `base`: none)."""
+
+DESIGNS: dict[str, dict] = {**ABLATIONS, **ADDITIONS}
+"""Every design's fields over its arm (`dense` serves both kinds of arm)."""
+
 ARMS: dict[str, dict] = {
     "csa": dict(layers=2, layout="swa,csa", window=32, local_window=32),
     "hca": dict(layers=2, layout="swa,hca", stride=16, hca_stride=16, window=32,
                 local_window=32, indexer_topk=0),
+    "csa_add": dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
+                    shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
+                    o_groups=0, o_rank=0, separate_values=True, pairs=8, steps=1000),
 }  # fmt: skip
-"""The compressed layer of each arm: CSA at ratio 4 (local window 8 strides), HCA at 16."""
+"""The compressed layer of each arm: CSA at ratio 4 (local window 8 strides), HCA at 16;
+`csa_add`: CSA with every part off, values of their own (not V4's), 8 facts, 1000 steps at
+every size (the regime where its base learns)."""
+
+REFERENCE: dict[str, str] = {"csa": "v4", "hca": "v4", "csa_add": "base"}
+"""The design each arm's others are compared with."""
+
+ARM_TITLES: dict[str, str] = {
+    "csa": "CSA (ratio 4), V4's parts off one at a time",
+    "hca": "HCA (ratio 16), V4's parts off one at a time",
+    "csa_add": "CSA, K != V, 8 facts: V4's parts on one at a time",
+}
+
+ADD_SEEDS = {("csa_add", "base"): 8, ("csa_add", "with_topk"): 8}
+"""The `csa_add` cells trained at 8 seeds: the base and the part whose gap stood out at 4."""
 
 SIZES: dict[str, dict] = {
     "tiny": dict(
@@ -63,26 +105,30 @@ SIZES: dict[str, dict] = {
     ),
     "quick": dict(
         config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
-        arms=("csa", "hca"), designs=tuple(ABLATIONS),
+        arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS),
         seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
-        arm_designs={"hca": ("v4", "dense")}, arm_seeds={"hca": 2}, arm_seq_lens={"hca": (136,)},
+        arm_designs={"hca": ("v4", "dense"), "csa_add": (*ADDITIONS, "dense")},
+        arm_seeds={"hca": 2, "csa_add": 4}, arm_seq_lens={"hca": (136,)},
+        cell_seeds=ADD_SEEDS,
     ),
     "full": dict(
         config=dict(steps=4000, eval_every=500, eval_samples=16),
-        arms=("csa", "hca"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
-        arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2")},
-        seq_lens=(136, 520, 1032), source="train",
+        arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
+        arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2"),
+                     "csa_add": (*ADDITIONS, "dense")},
+        seq_lens=(136, 520, 1032), arm_seq_lens={"csa_add": (128,)}, cell_seeds=ADD_SEEDS,
+        source="train",
     ),
 }  # fmt: skip
-"""Per size: shared `LMConfig` fields, the arms, designs, seeds per design and contexts
+"""Per size: shared `LMConfig` fields, the arms, designs, seeds (`seeds_of`) and contexts
 (`seq_len`s whose context is a multiple of 16, for both arms)."""
 
 
 def design_config(size: str, arm: str, design: str, seq_len: int | None = None) -> LMConfig:
     """The `LMConfig` (seed 0) of `design` in `arm` at `size` (and context `seq_len`)."""
     spec = SIZES[size]
-    given = {**spec["config"], **ARMS[arm], **ABLATIONS[design]}
+    given = {**spec["config"], **ARMS[arm], **DESIGNS[design]}
     if size == "tiny":
         given.update(stride=4, hca_stride=4)  # tiny contexts: one small ratio for both arms
         if arm == "hca":
@@ -93,7 +139,11 @@ def design_config(size: str, arm: str, design: str, seq_len: int | None = None) 
 
 
 def seeds_of(size: str, design: str, arm: str = "csa") -> int:
+    """Seeds of a cell: `cell_seeds[(arm, design)]`, else `arm_seeds[arm]`, else
+    `seeds[design]`, else `default_seeds`."""
     spec = SIZES[size]
+    if (arm, design) in spec.get("cell_seeds", {}):
+        return spec["cell_seeds"][(arm, design)]
     if arm in spec.get("arm_seeds", {}):
         return spec["arm_seeds"][arm]
     return spec["seeds"].get(design, spec["default_seeds"])
@@ -106,9 +156,10 @@ def cells(size: str) -> list[tuple[str, str, int]]:
     designs = lambda arm: spec.get("arm_designs", {}).get(arm, spec["designs"])  # noqa: E731
     lengths = lambda arm: spec.get("arm_seq_lens", {}).get(arm, spec["seq_lens"])  # noqa: E731
     out = [(a, d, t) for a in spec["arms"] for t in lengths(a) for d in designs(a)]
-    return [  # an ablation of a part the arm does not have (HCA's top-k) is V4's design
+    return [  # an ablation of a part the arm does not have (HCA's top-k) is its reference
         (a, d, t) for a, d, t in out
-        if d == "v4" or design_config(size, a, d, t) != design_config(size, a, "v4", t)
+        if d == REFERENCE[a]
+        or design_config(size, a, d, t) != design_config(size, a, REFERENCE[a], t)
     ]  # fmt: skip
 
 

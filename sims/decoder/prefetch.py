@@ -141,7 +141,8 @@ def fill(mine: Sequence[Group], *, directory=True, progress: Progress | None = N
     for group in mine:
         start = time.perf_counter()
         was = cached(group, directory)
-        trained(list(group.configs), directory=directory)
+        if not was:  # a cached group was just read whole: no second load
+            trained(list(group.configs), directory=directory)
         out.append(dict(group=group.name, seeds=len(group.configs), cached=was,
                         seconds=time.perf_counter() - start))  # fmt: skip
         if progress is not None:

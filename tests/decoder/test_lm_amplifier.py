@@ -24,15 +24,30 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
         args = parser.parse_args(shlex.split(line)[3:])
         assert lm_cli.lm_config(args) == config, line
         assert args.seeds == seeds
-        if design not in ("no_local", "dense") and size != "tiny" and arm == "csa":
+        if design not in ("no_local", "dense") and size != "tiny" and arm != "hca":
             assert config.local_window >= 8 * config.stride  # V4's proportions (issue's rule)
         assert config.layer_kinds[0] == "swa"
-        if design != "v4":
-            v4 = amplifier.design_config(size, arm, "v4", seq_len)
+        reference = amplifier.REFERENCE[arm]
+        if design != reference:
+            ref = amplifier.design_config(size, arm, reference, seq_len)
             changed = {
-                f for f in LMConfig.__dataclass_fields__ if getattr(v4, f) != getattr(config, f)
+                f for f in LMConfig.__dataclass_fields__ if getattr(ref, f) != getattr(config, f)
             }
-            assert changed and changed <= set(amplifier.ABLATIONS[design])  # one part off
+            assert changed and changed <= set(amplifier.DESIGNS[design])  # one part off or on
+
+
+def test_the_add_arm_is_v4s_csa_layer_with_every_part_off_and_each_addition_is_v4s_value():
+    """`csa_add`'s base differs from V4's CSA design in exactly the parts `ADDITIONS` switch
+    on (and K != V, 8 facts, 1000 steps), and each addition sets its part to V4's value."""
+    v4 = amplifier.design_config("quick", "csa", "v4")
+    base = amplifier.design_config("quick", "csa_add", "base")
+    parts = {f for d in amplifier.ADDITIONS.values() for f in d}
+    changed = {f for f in LMConfig.__dataclass_fields__ if getattr(v4, f) != getattr(base, f)}
+    assert changed == parts | {"separate_values", "pairs", "steps"}
+    assert base.separate_values and base.pairs == 8 and base.steps == 1000
+    for design, fields in amplifier.ADDITIONS.items():
+        config = amplifier.design_config("quick", "csa_add", design)
+        assert {f: getattr(config, f) for f in fields} == {f: getattr(v4, f) for f in fields}
 
 
 def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
@@ -46,11 +61,14 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
         assert lo <= c["delta_max"] <= hi
     rows = lm_amplifier.rows(results, lm_amplifier.predict("quick", results))
     dense = [r for r in rows if "dense control" in r.name]
-    assert len(dense) == 2 and not any(r.finding for r in dense)  # one per arm
+    assert len(dense) == 3 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
-    assert [r.kind for r in rows].count("fit") == 1  # the allocation law (CSA)
-    profile = lm_amplifier_profile.run("quick")["profiles"][0]
-    assert [c["design"] for c in profile["designs"]][:2] == ["v4", "dense"]
+    profiles = lm_amplifier_profile.run("quick")["profiles"]
+    assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add"]
+    for p in profiles:
+        shown = [c["design"] for c in p["designs"]]
+        assert shown[:2] == [amplifier.REFERENCE[p["arm"]], "dense"]
+        assert len(shown) == (2 if p["arm"] == "hca" else 3)  # hca: no ablation recorded
 
 
 def test_a_recorded_report_of_another_config_is_refused(monkeypatch):

@@ -111,13 +111,14 @@ def test_two_processes_fill_one_cache_that_the_study_then_only_reads(tmp_path, m
 
 def test_full_budget_charges_every_cell_of_the_full_grid(monkeypatch):
     """`benchmarks.full_budget`: every cell of the amplifier's full grid is charged its
-    (arm, context)'s measured V4 or dense step cost x 4000 steps x its seeds."""
+    (arm, context)'s measured reference (V4, or csa_add's base) or dense step cost x its
+    steps x its seeds."""
     from weakspots.benchmarks import full_budget
 
     cost = {}
 
     def fake(config, steps):
-        key = (config.layout, config.seq_len, config.operator == "none")
+        key = (config.layout, config.seq_len, config.operator == "none", config.separate_values)
         cost[key] = 1e-3 * len(cost) + 1e-3  # a distinct cost per measured config
         return {"cpu": cost[key], "wall": cost[key], "compile": 0.0}
 
@@ -128,6 +129,7 @@ def test_full_budget_charges_every_cell_of_the_full_grid(monkeypatch):
     expected = 0.0
     for arm, design, seq_len in cells:
         config = amplifier.design_config("full", arm, design, seq_len)
-        per_step = cost[(config.layout, seq_len, design == "dense")]
-        expected += per_step * 4000 * amplifier.seeds_of("full", design, arm)
+        per_step = cost[(config.layout, seq_len, design == "dense", config.separate_values)]
+        steps = 1000 if arm == "csa_add" else 4000  # the csa_add arm trains 1000 at every size
+        expected += per_step * steps * amplifier.seeds_of("full", design, arm)
     assert budget["cpu_hours"] == pytest.approx(expected / 3600, rel=1e-12)

@@ -2,10 +2,12 @@
 
 Each part of V4's layer switched off in training, one at a time, beside V4's design and the
 dense control, at V4's proportions (a local branch of 8 strides beside the compressed
-entries). No theory predicts the designs' gaps, so each is a finding row: does switching
-the part off move `delta_max` beyond both designs' intervals (seeds as clusters)? The dense
+entries); in the `csa_add` arm, each part switched on, one at a time, in a base that learns
+the task. No theory predicts the designs' gaps, so each is a finding row: does the part
+move `delta_max` beyond both designs' intervals (seeds as clusters), against the arm's
+reference (`amplifier.REFERENCE`: V4's design, or the base)? The dense
 control is a prediction: no phase effect, `delta_max` within its 95% noise floor. The carry
-tests ask where V4's design reads a fact from: accuracy left with its own entries hidden
+tests ask where the reference design reads a fact from: accuracy left with its own entries hidden
 (carried entries suffice, against chance), and with the local edges into the fact cut (no
 carry), each against the intact design by a paired interval.
 """
@@ -54,12 +56,13 @@ def rows(results: dict, predictions: dict) -> list[Row]:
                 tolerance=c["delta_max_noise_floor"], floor=1.0,
             ))  # fmt: skip
             continue
-        v4 = cells.get((arm, seq_len, "v4"))
-        if design != "v4" and v4 is not None:
-            out.append(_ablation_row(where, design, c, v4))
-        if design == "v4":
-            out += _carry_rows(where, c, predictions["chance"])
-            allocation = _allocation_row(where, c)
+        reference = amplifier.REFERENCE[arm]
+        ref = cells.get((arm, seq_len, reference))
+        if design != reference and ref is not None:
+            out.append(_ablation_row(where, design, c, reference, ref))
+        if design == reference:
+            out += _carry_rows(where, reference, c, predictions["chance"])
+            allocation = _allocation_row(where, reference, c)
             out += [allocation] if allocation is not None else []
         if design not in ("dense", "no_local"):
             out.append(_ceiling_row(where, design, c, predictions["carry_ceiling"][arm]))
@@ -73,25 +76,27 @@ def _separated(a, b) -> bool:
     return a[0] > b[1] or b[0] > a[1]
 
 
-def _ablation_row(where: str, design: str, c: dict, v4: dict) -> Row:
+def _ablation_row(where: str, design: str, c: dict, reference: str, ref: dict) -> Row:
+    name = "V4" if reference == "v4" else reference
     return Row(
-        f"amplifier study: {design} in training moves delta_max from V4's",
-        f"{where}; V4's delta_max {v4['delta_max']:.3f} (mean accuracy "
-        f"{v4['mean_accuracy']:.3f}), {design}'s {c['delta_max']:.3f} (mean accuracy "
+        f"amplifier study: {design} in training moves delta_max from {name}'s",
+        f"{where}; {name}'s delta_max {ref['delta_max']:.3f} (mean accuracy "
+        f"{ref['mean_accuracy']:.3f}), {design}'s {c['delta_max']:.3f} (mean accuracy "
         f"{c['mean_accuracy']:.3f}); holds when the two delta_max intervals (t over seeds) "
         "are apart",
-        kind="prediction", finding=True, predicted=v4["delta_max"], sgd=c["delta_max"],
-        tolerance=math.inf, holds=_separated(c["delta_max_ci"], v4["delta_max_ci"]),
+        kind="prediction", finding=True, predicted=ref["delta_max"], sgd=c["delta_max"],
+        tolerance=math.inf, holds=_separated(c["delta_max_ci"], ref["delta_max_ci"]),
     )  # fmt: skip
 
 
-def _carry_rows(where: str, c: dict, chance: float) -> list[Row]:
+def _carry_rows(where: str, reference: str, c: dict, chance: float) -> list[Row]:
+    name = "V4" if reference == "v4" else reference
     out = []
     hidden = c["drops"].get("hide_direct")
     if hidden is not None:
         lo = c["drops_ci"]["hide_direct"]
         out.append(Row(
-            "amplifier study, V4: the fact's own entries hidden, accuracy stays above chance "
+            f"amplifier study, {name}: the fact's own entries hidden, accuracy stays above chance "
             "(read from the entries it was carried into)",
             f"{where}; mean drop {hidden:.3f} [{lo[0]:.3f}, {lo[1]:.3f}] of intact "
             f"{c['mean_accuracy']:.3f}; predicted: chance, were the own entries the only "
@@ -104,7 +109,7 @@ def _carry_rows(where: str, c: dict, chance: float) -> list[Row]:
     if cut is not None:
         ci = c["drops_ci"]["cut_local"]
         out.append(Row(
-            "amplifier study, V4: cutting the local edges into the fact (no carry) lowers "
+            f"amplifier study, {name}: cutting the local edges into the fact (no carry) lowers "
             "accuracy",
             f"{where}; mean drop {cut:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] (paired, pooled over "
             "seeds); holds when the interval lies above 0",
@@ -139,7 +144,7 @@ def _log_ratio(c: dict, phase: int) -> tuple[float, float]:
     return math.log(own / nxt), math.hypot(own_se / own, nxt_se / nxt)
 
 
-def _allocation_row(where: str, c: dict) -> Row | None:
+def _allocation_row(where: str, reference: str, c: dict) -> Row | None:
     """The footprint model's allocation law, `log(pi_own / pi_next) = g_D - g phi` (phi >= 1),
     read through the drops from hiding the fact's own entries and the next one: the line
     through phases 1 and s - 1, checked at the phases between (a fit: g comes from the
@@ -162,7 +167,8 @@ def _allocation_row(where: str, c: dict) -> Row | None:
     t = (phase - 1) / (s - 2)
     spread = math.hypot(error, math.hypot((1 - t) * e1, t * el))
     return Row(
-        "amplifier study, V4: the allocation law log(own / next) = g_D - g phi, linear in phase",
+        f"amplifier study, {'V4' if reference == 'v4' else reference}: the allocation law "
+        "log(own / next) = g_D - g phi, linear in phase",
         f"{where}; own/next read shares measured by the drops from hiding the fact's own "
         f"entries and the next one; line through phases 1 and {s - 1} (g = {-slope:.3f} per "
         f"phase fitted), checked at phase {phase}; tolerance: 2 standard errors (delta method)",

@@ -1,5 +1,6 @@
 """Figure (g): the per-phase profile of DeepSeek-V4's design beside its dense control and its
-most amplifying ablation (the design of `sims.decoder.amplifier` with the largest `delta_max`).
+most amplifying ablation (the design of `sims.decoder.amplifier` with the largest `delta_max`);
+in the `csa_add` arm, its base beside the control and the part with the largest gap.
 
 Finding rows: does each of the three show a weak spot beyond the intervals (the worst phase's
 95% interval wholly below the best one's, seeds as clusters, each seed on its own sequences)?
@@ -14,12 +15,14 @@ from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
 
 def profiles(cells: list[dict]) -> list[dict]:
-    """Per (arm, seq_len): V4, the dense control and the ablation with the largest delta_max."""
+    """Per (arm, seq_len): the arm's reference (V4, or the base), the dense control and the
+    other design with the largest delta_max."""
     out = []
     for arm, seq_len in dict.fromkeys((c["arm"], c["seq_len"]) for c in cells):
         mine = {c["design"]: c for c in cells if (c["arm"], c["seq_len"]) == (arm, seq_len)}
-        ablations = [c for d, c in mine.items() if d not in ("v4", "dense")]
-        shown = [mine.get("v4"), mine.get("dense")]
+        reference = amplifier.REFERENCE[arm]
+        ablations = [c for d, c in mine.items() if d not in (reference, "dense")]
+        shown = [mine.get(reference), mine.get("dense")]
         if ablations:
             shown.append(max(ablations, key=lambda c: c["delta_max"]))
         out.append(dict(arm=arm, seq_len=seq_len, designs=[c for c in shown if c is not None]))

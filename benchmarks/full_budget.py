@@ -7,8 +7,9 @@ steps. This measures, per (arm, context), the CPU seconds of one training step o
 reference design (V4's; `csa_add`'s base) and for the dense control, whose attention grows
 as T^2, and multiplies out the grid: the other designs are charged their reference's cost
 (an ablation removes a part of V4's layer, so costs V4's or less; an addition puts one part
-into the base, so costs about the base's, a little more). The carry tests and the phase evaluation after
-training are not counted. Prints a JSON with the per-step costs and the total CPU-hours.
+into the base, so costs about the base's, a little more). The carry tests and the phase
+evaluation after training are not counted. Prints a JSON with the per-step costs and the
+total CPU-hours.
 
     python -m weakspots.benchmarks.full_budget [--steps 4]
 """
@@ -37,8 +38,8 @@ def step_cost(config, steps: int) -> dict:
 
 
 def amplifier_budget(steps: int = 4, log=lambda _: None) -> dict:
-    """Per (arm, context): the measured step costs of `v4` and `dense`; per cell of the full
-    grid its charged cost; the total CPU-hours."""
+    """Per (arm, context): the measured step costs of its reference design and `dense`; per
+    cell of the full grid its charged cost; the total CPU-hours."""
     size = "full"
     measured = {}
     cells = amplifier.cells(size)

@@ -85,12 +85,6 @@ every size (the regime where its base learns)."""
 REFERENCE: dict[str, str] = {"csa": "v4", "hca": "v4", "csa_add": "base"}
 """The design each arm's others are compared with."""
 
-ARM_TITLES: dict[str, str] = {
-    "csa": "CSA (ratio 4), V4's parts off one at a time",
-    "hca": "HCA (ratio 16), V4's parts off one at a time",
-    "csa_add": "CSA, K != V, 8 facts: V4's parts on one at a time",
-}
-
 ADD_SEEDS = {("csa_add", "base"): 8, ("csa_add", "with_topk"): 8}
 """The `csa_add` cells trained at 8 seeds: the base and the part whose gap stood out at 4."""
 

@@ -76,8 +76,12 @@ def _separated(a, b) -> bool:
     return a[0] > b[1] or b[0] > a[1]
 
 
+def _name(reference: str) -> str:
+    return "V4" if reference == "v4" else reference
+
+
 def _ablation_row(where: str, design: str, c: dict, reference: str, ref: dict) -> Row:
-    name = "V4" if reference == "v4" else reference
+    name = _name(reference)
     return Row(
         f"amplifier study: {design} in training moves delta_max from {name}'s",
         f"{where}; {name}'s delta_max {ref['delta_max']:.3f} (mean accuracy "
@@ -90,7 +94,7 @@ def _ablation_row(where: str, design: str, c: dict, reference: str, ref: dict) -
 
 
 def _carry_rows(where: str, reference: str, c: dict, chance: float) -> list[Row]:
-    name = "V4" if reference == "v4" else reference
+    name = _name(reference)
     out = []
     hidden = c["drops"].get("hide_direct")
     if hidden is not None:
@@ -167,7 +171,7 @@ def _allocation_row(where: str, reference: str, c: dict) -> Row | None:
     t = (phase - 1) / (s - 2)
     spread = math.hypot(error, math.hypot((1 - t) * e1, t * el))
     return Row(
-        f"amplifier study, {'V4' if reference == 'v4' else reference}: the allocation law "
+        f"amplifier study, {_name(reference)}: the allocation law "
         "log(own / next) = g_D - g phi, linear in phase",
         f"{where}; own/next read shares measured by the drops from hiding the fact's own "
         f"entries and the next one; line through phases 1 and {s - 1} (g = {-slope:.3f} per "

@@ -22,8 +22,8 @@ recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its co
 `command`, a `weakspots lm carry` line that reproduces it): at CSA, V4's design and its
 control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
-`csa_add` arm (base, each part on, dense control) with 4, the base and the indexer's top-k
-with 8.
+`csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
+indexer's top-k with 8.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -85,6 +85,10 @@ every size (the regime where its base learns)."""
 REFERENCE: dict[str, str] = {"csa": "v4", "hca": "v4", "csa_add": "base"}
 """The design each arm's others are compared with."""
 
+ADD_DESIGNS = (*ADDITIONS, "dense", "key_len2")
+"""The `csa_add` arm's designs: the base, each part on, the dense control and the base with
+two-token keys (a straddle test: the straddling value phases become 0 and 1)."""
+
 ADD_SEEDS = {("csa_add", "base"): 8, ("csa_add", "with_topk"): 8}
 """The `csa_add` cells trained at 8 seeds: the base and the part whose gap stood out at 4."""
 
@@ -102,7 +106,7 @@ SIZES: dict[str, dict] = {
         arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS),
         seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
-        arm_designs={"hca": ("v4", "dense"), "csa_add": (*ADDITIONS, "dense")},
+        arm_designs={"hca": ("v4", "dense"), "csa_add": ADD_DESIGNS},
         arm_seeds={"hca": 2, "csa_add": 4}, arm_seq_lens={"hca": (136,)},
         cell_seeds=ADD_SEEDS,
     ),
@@ -110,7 +114,7 @@ SIZES: dict[str, dict] = {
         config=dict(steps=4000, eval_every=500, eval_samples=16),
         arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
         arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2"),
-                     "csa_add": (*ADDITIONS, "dense")},
+                     "csa_add": ADD_DESIGNS},
         seq_lens=(136, 520, 1032), arm_seq_lens={"csa_add": (128,)}, cell_seeds=ADD_SEEDS,
         source="train",
     ),

@@ -63,6 +63,7 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
     dense = [r for r in rows if "dense control" in r.name]
     assert len(dense) == 3 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
+    assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
     profiles = lm_amplifier_profile.run("quick")["profiles"]
     assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add"]
     for p in profiles:

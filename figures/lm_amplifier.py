@@ -6,7 +6,7 @@ import numpy as np
 from weakspots.figures.style import COLORS, figure, legend_below
 
 CAPTION = (
-    "The amplifier study: delta_max (best minus worst value phase, each seed on its own sequences) of DeepSeek-V4's attention at small scale with V4's proportions (a sliding layer, then a compressed layer with a local window of 8 strides), of the same design with one part switched off in training, and of the dense control; one panel per arm (CSA: ratio 4, overlapping windows, indexer top-k; HCA: ratio 16) and context; last panel: a base that learns the task (V4's CSA layer with every part off, values of their own, 8 facts, 1000 steps) with one part switched on.",
+    "The amplifier study: delta_max (best minus worst value phase, each seed on its own sequences) of DeepSeek-V4's attention at small scale with V4's proportions (a sliding layer, then a compressed layer with a local window of 8 strides), of the same design with one part switched off in training, and of the dense control; one panel per arm (CSA: ratio 4, overlapping windows, indexer top-k; HCA: ratio 16) and context; then a base that learns the task (V4's CSA layer with every part off, values of their own, 1000 steps) with one part switched on, at 8 and at 16 facts per sequence; last panel: the same base in HCA's layer beside its control.",
     "Bars: 95% intervals of delta_max (t over seeds); grey ticks: the 95% noise floor with no phase effect (seeds as clusters); numbers: mean accuracy. A part whose removal lowers the bar below V4's, or whose addition lifts it above the base's, is an amplifier.",
 )
 
@@ -14,6 +14,8 @@ TITLES = {
     "csa": "CSA (ratio 4): parts off",
     "hca": "HCA (ratio 16): parts off",
     "csa_add": "CSA, K != V, 8 facts: parts on",
+    "csa_add16": "CSA, K != V, 16 facts: parts on",
+    "hca_add": "HCA (ratio 16), K != V, 8 facts: base",
 }
 REFERENCES = ("v4", "base")
 

@@ -1,5 +1,5 @@
 """Figure (g): per-phase accuracy of DeepSeek-V4's design, its dense control and its most
-amplifying ablation (in the `csa_add` arm: the base, its control, the part with the largest gap)."""
+amplifying ablation (in the `csa_add` arms: the base, its control, the part with the largest gap)."""
 
 import numpy as np
 
@@ -7,7 +7,7 @@ from weakspots.figures.lm_amplifier import panel_title
 from weakspots.figures.style import COLORS, figure
 
 CAPTION = (
-    "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study (last panel: the base with every part off, K != V and 8 facts, beside its control and the part whose addition gives the largest delta_max); facts beyond the query's uncompressed reach, each seed on its own sequences.",
+    "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study (then the base with every part off and K != V, at 8 and at 16 facts per sequence, beside its control and the part whose addition gives the largest delta_max; last panel: that base in HCA's layer beside its control); facts beyond the query's uncompressed reach, each seed on its own sequences.",
     "Bands: 95% intervals with the seeds as clusters.",
 )
 

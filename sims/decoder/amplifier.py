@@ -15,7 +15,9 @@ K = V; docs/lm_runs/README.md), so its gap says nothing of amplification. The ar
 starts from a base that learns the task (V4's CSA layer with every part off, values of their
 own, 8 facts per sequence, 1000 steps) and switches one part on at a time (`ADDITIONS`),
 beside the same base's dense control: each part's effect on the gap where there is
-accuracy for a gap to open in.
+accuracy for a gap to open in. The arm `csa_add16` repeats the base, the indexer's top-k and
+the control at 16 facts per sequence (fact density), where the top-k design sits off the
+accuracy ceiling; `hca_add` puts the same base and control in HCA's layer (ratio 16).
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
@@ -23,7 +25,8 @@ recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its co
 control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
-indexer's top-k with 8.
+indexer's top-k with 8; the `csa_add16` arm (base, top-k, control) and the `hca_add` arm
+(base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -70,24 +73,36 @@ for that part; `base`: none)."""
 DESIGNS: dict[str, dict] = {**ABLATIONS, **ADDITIONS}
 """Every design's fields over its arm (`dense` serves both kinds of arm)."""
 
+_CSA_ADD = dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
+                shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
+                o_groups=0, o_rank=0, separate_values=True, pairs=8, steps=1000)  # fmt: skip
+
 ARMS: dict[str, dict] = {
     "csa": dict(layers=2, layout="swa,csa", window=32, local_window=32),
     "hca": dict(layers=2, layout="swa,hca", stride=16, hca_stride=16, window=32,
                 local_window=32, indexer_topk=0),
-    "csa_add": dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
-                    shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
-                    o_groups=0, o_rank=0, separate_values=True, pairs=8, steps=1000),
+    "csa_add": _CSA_ADD,
+    "csa_add16": dict(_CSA_ADD, pairs=16),
+    "hca_add": dict(_CSA_ADD, layout="swa,hca", stride=16, hca_stride=16),
 }  # fmt: skip
 """The compressed layer of each arm: CSA at ratio 4 (local window 8 strides), HCA at 16;
 `csa_add`: CSA with every part off, values of their own (not V4's), 8 facts, 1000 steps at
-every size (the regime where its base learns)."""
+every size (the regime where its base learns); `csa_add16`: the same at 16 facts (the
+density at which the indexer's top-k leaves its design off the ceiling); `hca_add`: the same
+switches in HCA's layer (ratio 16), its base and control only."""
 
-REFERENCE: dict[str, str] = {"csa": "v4", "hca": "v4", "csa_add": "base"}
+REFERENCE: dict[str, str] = {
+    "csa": "v4", "hca": "v4", "csa_add": "base", "csa_add16": "base", "hca_add": "base"
+}  # fmt: skip
 """The design each arm's others are compared with."""
 
 ADD_DESIGNS = (*ADDITIONS, "dense", "key_len2")
 """The `csa_add` arm's designs: the base, each part on, the dense control and the base with
 two-token keys (a straddle test: the straddling value phases become 0 and 1)."""
+
+ADD16_DESIGNS = ("base", "with_topk", "dense")
+"""The `csa_add16` arm's designs: the base, the part with the largest gap at 8 facts, the
+control."""
 
 ADD_SEEDS = {("csa_add", "base"): 8, ("csa_add", "with_topk"): 8}
 """The `csa_add` cells trained at 8 seeds: the base and the part whose gap stood out at 4."""
@@ -103,19 +118,25 @@ SIZES: dict[str, dict] = {
     ),
     "quick": dict(
         config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
-        arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS),
+        arms=("csa", "hca", "csa_add", "csa_add16", "hca_add"), designs=tuple(ABLATIONS),
         seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
-        arm_designs={"hca": ("v4", "dense"), "csa_add": ADD_DESIGNS},
-        arm_seeds={"hca": 2, "csa_add": 4}, arm_seq_lens={"hca": (136,)},
+        arm_designs={"hca": ("v4", "dense"), "csa_add": ADD_DESIGNS,
+                     "csa_add16": ADD16_DESIGNS, "hca_add": ("base", "dense")},
+        arm_seeds={"hca": 2, "csa_add": 4, "csa_add16": 4, "hca_add": 4},
+        arm_seq_lens={"hca": (136,), "hca_add": (144,)},
         cell_seeds=ADD_SEEDS,
     ),
     "full": dict(
         config=dict(steps=4000, eval_every=500, eval_samples=16),
-        arms=("csa", "hca", "csa_add"), designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
+        arms=("csa", "hca", "csa_add", "csa_add16", "hca_add"), designs=tuple(ABLATIONS),
+        seeds={}, default_seeds=4,
         arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2"),
-                     "csa_add": ADD_DESIGNS},
-        seq_lens=(136, 520, 1032), arm_seq_lens={"csa_add": (128,)}, cell_seeds=ADD_SEEDS,
+                     "csa_add": ADD_DESIGNS, "csa_add16": ADD16_DESIGNS,
+                     "hca_add": ("base", "dense")},
+        seq_lens=(136, 520, 1032),
+        arm_seq_lens={"csa_add": (128,), "csa_add16": (128,), "hca_add": (144,)},
+        cell_seeds=ADD_SEEDS,
         source="train",
     ),
 }  # fmt: skip

@@ -24,7 +24,7 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
         args = parser.parse_args(shlex.split(line)[3:])
         assert lm_cli.lm_config(args) == config, line
         assert args.seeds == seeds
-        if design not in ("no_local", "dense") and size != "tiny" and arm != "hca":
+        if design not in ("no_local", "dense") and size != "tiny" and not arm.startswith("hca"):
             assert config.local_window >= 8 * config.stride  # V4's proportions (issue's rule)
         assert config.layer_kinds[0] == "swa"
         reference = amplifier.REFERENCE[arm]
@@ -48,6 +48,9 @@ def test_the_add_arm_is_v4s_csa_layer_with_every_part_off_and_each_addition_is_v
     for design, fields in amplifier.ADDITIONS.items():
         config = amplifier.design_config("quick", "csa_add", design)
         assert {f: getattr(config, f) for f in fields} == {f: getattr(v4, f) for f in fields}
+    for design in amplifier.ADD16_DESIGNS:  # the denser arm: the same designs at 16 facts
+        dense16 = amplifier.design_config("quick", "csa_add16", design)
+        assert dense16 == amplifier.design_config("quick", "csa_add", design).replace(pairs=16)
 
 
 def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
@@ -61,15 +64,15 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
         assert lo <= c["delta_max"] <= hi
     rows = lm_amplifier.rows(results, lm_amplifier.predict("quick", results))
     dense = [r for r in rows if "dense control" in r.name]
-    assert len(dense) == 3 and not any(r.finding for r in dense)  # one per arm
+    assert len(dense) == 5 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
     assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
     profiles = lm_amplifier_profile.run("quick")["profiles"]
-    assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add"]
+    assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add", "csa_add16", "hca_add"]
     for p in profiles:
         shown = [c["design"] for c in p["designs"]]
         assert shown[:2] == [amplifier.REFERENCE[p["arm"]], "dense"]
-        assert len(shown) == (2 if p["arm"] == "hca" else 3)  # hca: no ablation recorded
+        assert len(shown) == (2 if p["arm"].startswith("hca") else 3)  # hca: no ablation recorded
 
 
 def test_a_recorded_report_of_another_config_is_refused(monkeypatch):

@@ -118,7 +118,13 @@ def test_full_budget_charges_every_cell_of_the_full_grid(monkeypatch):
     cost = {}
 
     def fake(config, steps):
-        key = (config.layout, config.seq_len, config.operator == "none", config.separate_values)
+        key = (
+            config.layout,
+            config.seq_len,
+            config.operator == "none",
+            config.separate_values,
+            config.pairs,
+        )
         cost[key] = 1e-3 * len(cost) + 1e-3  # a distinct cost per measured config
         return {"cpu": cost[key], "wall": cost[key], "compile": 0.0}
 
@@ -129,7 +135,9 @@ def test_full_budget_charges_every_cell_of_the_full_grid(monkeypatch):
     expected = 0.0
     for arm, design, seq_len in cells:
         config = amplifier.design_config("full", arm, design, seq_len)
-        per_step = cost[(config.layout, seq_len, design == "dense", config.separate_values)]
-        steps = 1000 if arm == "csa_add" else 4000  # the csa_add arm trains 1000 at every size
+        per_step = cost[
+            (config.layout, seq_len, design == "dense", config.separate_values, config.pairs)
+        ]
+        steps = 1000 if "_add" in arm else 4000  # the *_add arms: 1000 at every size
         expected += per_step * steps * amplifier.seeds_of("full", design, arm)
     assert budget["cpu_hours"] == pytest.approx(expected / 3600, rel=1e-12)

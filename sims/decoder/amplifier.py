@@ -104,6 +104,9 @@ ADD16_DESIGNS = ("base", "with_topk", "dense")
 """The `csa_add16` arm's designs: the base, the part with the largest gap at 8 facts, the
 control."""
 
+HCA_ADD_DESIGNS = ("base", "dense")
+"""The `hca_add` arm's designs: the base in HCA's layer and its control."""
+
 ADD_SEEDS = {("csa_add", "base"): 8, ("csa_add", "with_topk"): 8}
 """The `csa_add` cells trained at 8 seeds: the base and the part whose gap stood out at 4."""
 
@@ -122,7 +125,7 @@ SIZES: dict[str, dict] = {
         seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
         arm_designs={"hca": ("v4", "dense"), "csa_add": ADD_DESIGNS,
-                     "csa_add16": ADD16_DESIGNS, "hca_add": ("base", "dense")},
+                     "csa_add16": ADD16_DESIGNS, "hca_add": HCA_ADD_DESIGNS},
         arm_seeds={"hca": 2, "csa_add": 4, "csa_add16": 4, "hca_add": 4},
         arm_seq_lens={"hca": (136,), "hca_add": (144,)},
         cell_seeds=ADD_SEEDS,
@@ -133,7 +136,7 @@ SIZES: dict[str, dict] = {
         seeds={}, default_seeds=4,
         arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2"),
                      "csa_add": ADD_DESIGNS, "csa_add16": ADD16_DESIGNS,
-                     "hca_add": ("base", "dense")},
+                     "hca_add": HCA_ADD_DESIGNS},
         seq_lens=(136, 520, 1032),
         arm_seq_lens={"csa_add": (128,), "csa_add16": (128,), "hca_add": (144,)},
         cell_seeds=ADD_SEEDS,

@@ -1,10 +1,10 @@
 """What the amplifier study's `--full` grid costs to train, from measured step costs.
 
 `sims.decoder.amplifier.SIZES["full"]` trains every design of the CSA and HCA arms at three
-contexts, 4 seeds of 4000 steps each, and the `csa_add` arm at one context, 4 seeds of 1000
-steps. This measures, per (arm, context), the CPU seconds of one training step of one seed
-(a block of `--steps` steps and its held-out evaluation, after compiling) for the arm's
-reference design (V4's; `csa_add`'s base) and for the dense control, whose attention grows
+contexts, 4 seeds of 4000 steps each, and the `csa_add`, `csa_add16` and `hca_add` arms at
+one context each, 4 seeds of 1000 steps. This measures, per (arm, context), the CPU seconds
+of one training step of one seed (a block of `--steps` steps and its held-out evaluation,
+after compiling) for the arm's reference design (V4's, or the base) and for the dense control, whose attention grows
 as T^2, and multiplies out the grid: the other designs are charged their reference's cost
 (an ablation removes a part of V4's layer, so costs V4's or less; an addition puts one part
 into the base, so costs about the base's, a little more). The carry tests and the phase

@@ -264,13 +264,42 @@ def dense_weights(parts: list[Array], local_window: int) -> Float[Array, "B H T 
     return jnp.concatenate(parts, axis=-1)
 
 
-def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]:
-    """Softmax over the visible entries; a row with none visible is all zeros."""
+def _masked_exp(scores, mask):
     scores = jnp.where(mask, scores, MASKED)
     e = jnp.exp(scores - jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
     e = jnp.where(mask, e, 0.0)
-    total = jnp.sum(e, axis=-1, keepdims=True)
+    return e, jnp.sum(e, axis=-1, keepdims=True)
+
+
+@jax.custom_vjp
+def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]:
+    """Softmax over the visible entries; a row with none visible is all zeros.
+
+    Its backward is autodiff's of this forward, operation for operation (so gradients are
+    the same to the bit), written out so that it keeps only `e` and the row sums from the
+    forward and reads no mask: where an entry is masked, `e` is 0 and so is its gradient."""
+    e, total = _masked_exp(scores, mask)
     return e / jnp.where(total > 0, total, 1.0)
+
+
+def _masked_softmax_forward(scores, mask):
+    e, total = _masked_exp(scores, mask)
+    return e / jnp.where(total > 0, total, 1.0), (e, total)
+
+
+def _masked_softmax_backward(residuals, g):
+    # autodiff of `e / d` (jax's div rule: g / d, and -(g d^-2) e summed into d), then `exp`'s
+    # rule (times e); the same operations in the same order, so the same rounding
+    e, total = residuals
+    visible = total > 0
+    d = jnp.where(visible, total, 1.0)
+    g_total = jnp.where(
+        visible, jnp.sum(-((g * jax.lax.integer_pow(d, -2)) * e), -1, keepdims=True), 0.0
+    )
+    return (g / d + g_total) * e, None
+
+
+masked_softmax.defvjp(_masked_softmax_forward, _masked_softmax_backward)
 
 
 class Attention(nnx.Module):

@@ -118,3 +118,16 @@ def test_largest_length_solves_the_fitted_quadratic():
     budget = 24 * 2**30
     root = (-b + np.sqrt(b * b - 4 * c * (a - budget))) / (2 * c)
     assert lm_memory.largest_length(lengths, peaks, budget) == int(root // 128) * 128
+
+
+def test_softmax_vjp_forms_exact_is_bitwise_and_p_form_is_not():
+    """`benchmarks/softmax_vjp` at tiny size: the project's backward gives autodiff's
+    gradients to the bit in both layers; the textbook `p (g - sum(g p))` rounds otherwise."""
+    pytest.importorskip("torch", reason="needs the [hf] extra (torch)")
+    pytest.importorskip("transformers.models.deepseek_v4", reason="needs transformers >= 5.24")
+    from weakspots.benchmarks import softmax_vjp
+
+    out = softmax_vjp.run(v4_vs_hf.TINY, rounds=1)
+    assert set(out["speedup_vs_autodiff"]) == set(softmax_vjp.FORMS)
+    assert out["max_gradient_difference"]["exact"] == [0.0, 0.0]
+    assert max(out["max_gradient_difference"]["p_form"]) > 0

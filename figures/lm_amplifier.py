@@ -51,7 +51,11 @@ def make(results, predictions=None):
         ax.axhline(0, color="0.8", lw=0.8)
         ax.set_xticks(np.arange(len(mine)))
         ax.set_xticklabels([c["design"] for c in mine], rotation=30, ha="right")
-        keys = " (key_len2: two-token keys)" if any(c["design"] == "key_len2" for c in mine) else ""
+        keys = (
+            " (key_len2: two-token keys)"
+            if any(c["design"].endswith("key_len2") for c in mine)
+            else ""
+        )
         ax.set_xlabel("design" + keys)
         ax.set_ylabel("delta_max (best - worst phase)")
         ax.set_title(panel_title(arm, seq_len), loc="left", fontsize=8)

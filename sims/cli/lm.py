@@ -419,7 +419,8 @@ def register_carry(verbs) -> None:
         help="where a decoder reads a fact from: its own entries or those it was carried into",
         description=(
             "Train decoders (or load them from --cache), then hide the queried fact's own "
-            "compressed entries, the next one or two, or all entries within the local reach, "
+            "compressed entries (or, where windows overlap, those whose current or previous "
+            "half holds it), the next one or two, or all entries within the local reach, "
             "and cut the local edges from later tokens to the fact (no carry); accuracy and "
             "its drop per value phase with 95% intervals (drops paired, seeds as clusters for "
             "accuracies). Every layer kind, DeepSeek-V4's included (sims.decoder.carry)."

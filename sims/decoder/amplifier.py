@@ -17,7 +17,7 @@ own, 8 facts per sequence, 1000 steps) and switches one part on at a time (`ADDI
 beside the same base's dense control: each part's effect on the gap where there is
 accuracy for a gap to open in. The arm `csa_add16` repeats the base, the indexer's top-k and
 the control at 16 facts per sequence (fact density), where the top-k design sits off the
-accuracy ceiling; `hca_add` puts the same base and control in HCA's layer (ratio 16).
+accuracy ceiling, and the top-k design with two-token keys (a straddle test); `hca_add` puts the same base and control in HCA's layer (ratio 16).
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
@@ -25,8 +25,8 @@ recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its co
 control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sinks, the
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
-indexer's top-k with 8; the `csa_add16` arm (base, top-k, control) and the `hca_add` arm
-(base, control) with 4.
+indexer's top-k with 8; the `csa_add16` arm (base, top-k, control, top-k with two-token
+keys) and the `hca_add` arm (base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -70,8 +70,11 @@ ADDITIONS: dict[str, dict] = {
 """Design name -> the one part of V4 it switches on in the `csa_add` arm's base (V4's value
 for that part; `base`: none)."""
 
-DESIGNS: dict[str, dict] = {**ABLATIONS, **ADDITIONS}
-"""Every design's fields over its arm (`dense` serves both kinds of arm)."""
+DESIGNS: dict[str, dict] = {
+    **ABLATIONS, **ADDITIONS, "with_topk_key_len2": dict(indexer_topk=8, key_len=2)
+}  # fmt: skip
+"""Every design's fields over its arm (`dense` serves both kinds of arm;
+`with_topk_key_len2`: the indexer's top-k on the task with two-token keys)."""
 
 _CSA_ADD = dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
                 shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
@@ -100,9 +103,10 @@ ADD_DESIGNS = (*ADDITIONS, "dense", "key_len2")
 """The `csa_add` arm's designs: the base, each part on, the dense control and the base with
 two-token keys (a straddle test: the straddling value phases become 0 and 1)."""
 
-ADD16_DESIGNS = ("base", "with_topk", "dense")
+ADD16_DESIGNS = ("base", "with_topk", "dense", "with_topk_key_len2")
 """The `csa_add16` arm's designs: the base, the part with the largest gap at 8 facts, the
-control."""
+control, and that part with two-token keys (its straddle test: a straddling fact's value
+phases become 0 and 1)."""
 
 HCA_ADD_DESIGNS = ("base", "dense")
 """The `hca_add` arm's designs: the base in HCA's layer and its control."""
@@ -254,6 +258,7 @@ def summary(cell: dict) -> dict:
         "seq_len": cell["seq_len"],
         "stride": config["stride"],
         "window": config["window"],
+        "key_len": config["key_len"],
         "seeds": len(cell["report"]["seeds"]),
         "mean_accuracy": pooled["mean_accuracy"],
         "delta_max": pooled["delta_max"],

@@ -10,6 +10,13 @@ the query may read it there. These are the causal tests of that claim, each an e
   whose windows pool a token of the fact, `key_start .. value end`: windows `lo // m` to
   `hi // m`, and one more where windows overlap (CSA: entry w pools windows w - 1 and w));
   what is left of accuracy was read from entries the fact was carried into;
+* `hide_direct_current`, `hide_direct_previous` (windows that overlap): the fact's direct
+  entries split by the half of their window that holds it. CSA's entry w pools its own
+  window w (the current half) and window w - 1 (the previous half), so a fact in window w is
+  in entry w's current half and entry w + 1's previous half; each test hides one set (the
+  entries whose current, or previous, half holds a token of the fact), the other kept.
+  Which half the read needs, by phase (`hide_direct_previous` applies only where a
+  compressed layer overlaps; without overlap `hide_direct_current` is `hide_direct`);
 * `hide_next1`, `hide_next2`: the first one or two entries after the direct ones hidden
   (the fact's own kept): their drop is what the next window's entry carries;
 * `hide_carry`: every entry within the local reach after the direct ones hidden (the
@@ -70,7 +77,8 @@ from weakspots.sims.decoder.study import stacked_params
 from weakspots.sims.decoder.train import jit, merge
 
 TESTS = (
-    "intact", "hide_direct", "hide_next1", "hide_next2", "hide_carry", "hide_all",
+    "intact", "hide_direct", "hide_direct_current", "hide_direct_previous", "hide_next1",
+    "hide_next2", "hide_carry", "hide_all",
     "resample_direct", "resample_carry", "resample_all", "cut_local",
     "off_indexer", "off_sink", "off_local_window",
 )  # fmt: skip
@@ -119,12 +127,15 @@ def fact_spans(config: LMConfig, rows: Rows) -> np.ndarray:
 def entry_marks(config: LMConfig, spans: np.ndarray, ratio: int, overlap: bool, test: str):
     """`(M, C)` entries of a layer of ratio `ratio` that `test` hides (C = seq_len // ratio)."""
     entries = np.arange(config.seq_len // ratio)[None, :]
-    lo, hi = spans[:, :1] // ratio, spans[:, 1:] // ratio + int(overlap)
+    lo, last = spans[:, :1] // ratio, spans[:, 1:] // ratio  # windows of the first, last token
+    hi = last + int(overlap)
     reach = -(-local_reach(config) // ratio)
     after = entries - hi
     direct = (entries >= lo) & (entries <= hi)
     marks = {
         "hide_direct": direct,
+        "hide_direct_current": (entries >= lo) & (entries <= last),
+        "hide_direct_previous": (entries >= lo + 1) & (entries <= last + 1) & overlap,
         "hide_next1": after == 1,
         "hide_next2": (after >= 1) & (after <= 2),
         "hide_carry": (after >= 1) & (after <= reach),
@@ -294,7 +305,9 @@ def carry_tests(config: LMConfig, params: nnx.State, tests=TESTS, rows: Rows | N
     for test in tests:
         if test == "intact":
             continue
-        if test.startswith(("hide_", "resample_")):
+        if test == "hide_direct_previous":  # only windows that overlap have a previous half
+            edited_layers = [layer for layer in compressed_layers(config) if layer[2]]
+        elif test.startswith(("hide_", "resample_")):
             edited_layers = compressed_layers(config)
         elif test.startswith("off_"):
             edited_layers = part_switches(config, test)

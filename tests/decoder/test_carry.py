@@ -123,6 +123,16 @@ def test_entry_marks_name_the_direct_and_carried_windows():
     assert np.flatnonzero(marks("hide_direct")[0]).tolist() == [1]
     assert np.flatnonzero(marks("hide_direct")[1]).tolist() == [1, 2]
     assert np.flatnonzero(marks("hide_direct", True)[0]).tolist() == [1, 2]  # CSA: w pools w-1, w
+    # the two halves of an overlapping window: entry w's current half, entry w+1's previous
+    assert np.flatnonzero(marks("hide_direct_current", True)[0]).tolist() == [1]
+    assert np.flatnonzero(marks("hide_direct_previous", True)[0]).tolist() == [2]
+    assert np.flatnonzero(marks("hide_direct_current", True)[1]).tolist() == [1, 2]
+    assert np.flatnonzero(marks("hide_direct_previous", True)[1]).tolist() == [2, 3]
+    for row in range(3):  # together the direct entries; without overlap, current is direct
+        both = marks("hide_direct_current", True)[row] | marks("hide_direct_previous", True)[row]
+        np.testing.assert_array_equal(both, marks("hide_direct", True)[row])
+        np.testing.assert_array_equal(marks("hide_direct_current")[row], marks("hide_direct")[row])
+        assert not marks("hide_direct_previous")[row].any()
     assert np.flatnonzero(marks("hide_next1")[1]).tolist() == [3]
     assert np.flatnonzero(marks("hide_next2")[0]).tolist() == [2, 3]
     assert np.flatnonzero(marks("hide_carry")[0]).tolist() == [2, 3]  # reach 8 = 2 windows

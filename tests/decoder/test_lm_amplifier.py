@@ -91,3 +91,31 @@ def test_the_tiny_study_trains_measures_and_draws(tmp_path, monkeypatch):
         assert set(c["drops"]) >= {"hide_direct", "cut_local"}
     rows = lm_amplifier.rows(results, lm_amplifier.predict("tiny", results))
     assert rows and all(r.kind in ("prediction", "fit") for r in rows)
+
+
+def test_the_halves_row_compares_the_one_window_phases_and_needs_the_same_key_length():
+    """`hide_direct_current`'s drops averaged over the phases whose fact lies in one window
+    (value phase >= key_len), intervals combined over those phases; phase 0 (a straddling
+    fact) left out; no row without the test or between key lengths."""
+
+    def cell(drops, half_width, key_len=1):
+        return {"key_len": key_len, "phase_accuracy": [0.9] * 4,
+                "phase_drops": {"hide_direct_current": drops},
+                "phase_drops_ci": {"hide_direct_current": [[d - half_width, d + half_width]
+                                                           for d in drops]}}  # fmt: skip
+
+    base = cell([0.9, 0.3, 0.1, 0.0], 0.03)
+    mean, se = lm_amplifier._current_half_drop(base)
+    assert mean == pytest.approx(0.4 / 3)
+    assert se == pytest.approx((0.03 / 1.959964) * 3**0.5 / 3)
+    apart = lm_amplifier._halves_row(
+        "w", "with_topk", cell([0.7, 0.0, 0.0, 0.0], 0.01), "base", base
+    )
+    assert apart.holds and apart.finding
+    close = lm_amplifier._halves_row("w", "x", cell([0.0, 0.3, 0.1, 0.02], 0.03), "base", base)
+    assert not close.holds
+    assert (
+        lm_amplifier._halves_row("w", "k2", cell([0.0] * 4, 0.01, key_len=2), "base", base) is None
+    )
+    no_test = {**base, "phase_drops": {"hide_direct_current": None}}
+    assert lm_amplifier._halves_row("w", "hca", no_test, "base", base) is None

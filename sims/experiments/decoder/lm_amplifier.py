@@ -60,6 +60,8 @@ def rows(results: dict, predictions: dict) -> list[Row]:
         ref = cells.get((arm, seq_len, reference))
         if design != reference and ref is not None:
             out.append(_ablation_row(where, design, c, reference, ref))
+            halves = _halves_row(where, design, c, reference, ref)
+            out += [halves] if halves is not None else []
         if design == reference:
             out += _carry_rows(where, reference, c, predictions["chance"])
             allocation = _allocation_row(where, reference, c)
@@ -90,6 +92,45 @@ def _ablation_row(where: str, design: str, c: dict, reference: str, ref: dict) -
         "are apart",
         kind="prediction", finding=True, predicted=ref["delta_max"], sgd=c["delta_max"],
         tolerance=math.inf, holds=_separated(c["delta_max_ci"], ref["delta_max_ci"]),
+    )  # fmt: skip
+
+
+def _current_half_drop(c: dict) -> tuple[float, float] | None:
+    """Mean drop from hiding the current half of the fact's overlapping windows
+    (`hide_direct_current`) over the value phases whose fact lies in one window
+    (`key_len .. s - 1`), and its standard error (the phases' samples are disjoint, so their
+    paired intervals combine in quadrature); None where the test does not apply."""
+    drops, cis = (
+        c["phase_drops"].get("hide_direct_current"),
+        c["phase_drops_ci"].get("hide_direct_current"),
+    )
+    phases = range(c["key_len"], len(c["phase_accuracy"]))
+    if not drops or not phases:
+        return None
+    mean = sum(drops[p] for p in phases) / len(phases)
+    se = math.sqrt(sum(((cis[p][1] - cis[p][0]) / (2 * 1.959964)) ** 2 for p in phases))
+    return mean, se / len(phases)
+
+
+def _halves_row(where: str, design: str, c: dict, reference: str, ref: dict) -> Row | None:
+    """Does `design` need its overlapping window's current half more or less than the
+    reference does (both halves hold a fact in one window: entry w's current half, entry
+    w + 1's previous half)? None without overlap, or when the two designs' keys differ in
+    length (their one-window phases differ)."""
+    mine, theirs = _current_half_drop(c), _current_half_drop(ref)
+    if mine is None or theirs is None or c["key_len"] != ref["key_len"]:
+        return None
+    name = _name(reference)
+    z = 1.959964
+    return Row(
+        f"amplifier study: {design} in training changes how much a fact's read needs the current "
+        f"half of its overlapping windows, from {name}'s",
+        f"{where}; drop from hiding the entries whose current half holds the fact (those whose "
+        f"previous half holds it kept), mean over the phases whose fact lies in one window: "
+        f"{name} {theirs[0]:.3f} +- {z * theirs[1]:.3f}, {design} {mine[0]:.3f} +- "
+        f"{z * mine[1]:.3f} (95%, paired, pooled over seeds); holds when the intervals are apart",
+        kind="prediction", finding=True, predicted=theirs[0], sgd=mine[0], tolerance=math.inf,
+        holds=abs(mine[0] - theirs[0]) > z * (mine[1] + theirs[1]),
     )  # fmt: skip
 
 

@@ -278,8 +278,7 @@ def masked_softmax(scores: Float[Array, "... K"], mask) -> Float[Array, "... K"]
     Its backward is autodiff's of this forward, operation for operation (so gradients are
     the same to the bit), written out so that it keeps only `e` and the row sums from the
     forward and reads no mask: where an entry is masked, `e` is 0 and so is its gradient."""
-    e, total = _masked_exp(scores, mask)
-    return e / jnp.where(total > 0, total, 1.0)
+    return _masked_softmax_forward(scores, mask)[0]
 
 
 def _masked_softmax_forward(scores, mask):

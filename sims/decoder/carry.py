@@ -193,27 +193,40 @@ def selection(config: LMConfig, params: nnx.State, rows: Rows) -> dict | None:
     indexed layer, the share of far facts one of whose entries (its direct ones, or one within
     the local reach after them: `hide_all`'s) is among the first query's top `indexer_topk`
     (the selection model's hit probability, docs/theory.md §9.5). Returns `hit` `(s,)`,
-    `hit_ci` (seeds as clusters), `hit_per_seed` `(R, s)` and the layer; None without an indexer."""
+    `hit_ci` (seeds as clusters), `hit_per_seed` `(R, s)` and the layer; where the layer's
+    windows overlap, also `by_half`: the same for the entries whose current half holds the
+    fact (`current`) and those whose previous half holds it (`previous`), the sets of
+    `hide_direct_current` and `hide_direct_previous`. None without an indexer."""
     indexed = part_switches(config, "off_indexer")  # the layers whose indexer can be switched off
     if not indexed:
         return None
     config = config.static
     layer = indexed[0].layer
     ratio, overlap = {at: (m, o) for at, m, o in compressed_layers(config)}[layer]
-    marks = entry_marks(config, fact_spans(config, rows), ratio, overlap, "hide_all")
+    spans = fact_spans(config, rows)
     chunk = rows.starts.shape[1]
-    hits = np.asarray(_selection_hits(
-        config, layer, params, jnp.asarray(rows.starts),
-        jnp.asarray(marks.reshape(-1, chunk, marks.shape[-1])), jnp.asarray(rows.index),
-    ))  # fmt: skip
     phase = np.where(rows.far, rows.value_start % config.stride, -1)
-    summary = clustered(hits, phase, config.stride)
-    return {
-        "layer": layer,
-        "hit": summary["accuracy"].tolist(),
-        "hit_ci": summary["ci"].tolist(),
-        "hit_per_seed": summary["per_seed"].tolist(),
-    }
+
+    def hit_rates(test):
+        marks = entry_marks(config, spans, ratio, overlap, test)
+        hits = np.asarray(_selection_hits(
+            config, layer, params, jnp.asarray(rows.starts),
+            jnp.asarray(marks.reshape(-1, chunk, marks.shape[-1])), jnp.asarray(rows.index),
+        ))  # fmt: skip
+        summary = clustered(hits, phase, config.stride)
+        return {
+            "hit": summary["accuracy"].tolist(),
+            "hit_ci": summary["ci"].tolist(),
+            "hit_per_seed": summary["per_seed"].tolist(),
+        }
+
+    out = {"layer": layer, **hit_rates("hide_all")}
+    if overlap:
+        out["by_half"] = {
+            "current": hit_rates("hide_direct_current"),
+            "previous": hit_rates("hide_direct_previous"),
+        }
+    return out
 
 
 def far_sources(config: LMConfig, rows: Rows) -> tuple[np.ndarray, np.ndarray]:

@@ -34,8 +34,7 @@ from weakspots.idealized.decoder import attention, v4_attention
 
 def autodiff_masked_softmax(scores, mask):
     """`masked_softmax`'s forward, differentiated by jax."""
-    e, total = attention._masked_exp(scores, mask)
-    return e / jnp.where(total > 0, total, 1.0)
+    return attention._masked_softmax_forward(scores, mask)[0]
 
 
 @jax.custom_vjp

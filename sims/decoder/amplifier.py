@@ -17,7 +17,8 @@ own, 8 facts per sequence, 1000 steps) and switches one part on at a time (`ADDI
 beside the same base's dense control: each part's effect on the gap where there is
 accuracy for a gap to open in. The arm `csa_add16` repeats the base, the indexer's top-k and
 the control at 16 facts per sequence (fact density), where the top-k design sits off the
-accuracy ceiling, and the top-k design with two-token keys (a straddle test); `hca_add` puts the same base and control in HCA's layer (ratio 16).
+accuracy ceiling, and the top-k design with two-token keys (a straddle test); `hca_add` puts
+the same base and control in HCA's layer (ratio 16).
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its

@@ -51,12 +51,12 @@ def make(results, predictions=None):
         ax.axhline(0, color="0.8", lw=0.8)
         ax.set_xticks(np.arange(len(mine)))
         ax.set_xticklabels([c["design"] for c in mine], rotation=30, ha="right")
-        keys = (
-            " (key_len2: two-token keys)"
-            if any(c["design"].endswith("key_len2") for c in mine)
-            else ""
-        )
-        ax.set_xlabel("design" + keys)
+        notes = [
+            note for suffix, note in (("key_len2", "key_len2: two-token keys"),
+                                      ("pairs", "pairs: each kept entry with the one before"))
+            if any(c["design"].endswith(suffix) for c in mine)
+        ]  # fmt: skip
+        ax.set_xlabel("design" + (f" ({'; '.join(notes)})" if notes else ""))
         ax.set_ylabel("delta_max (best - worst phase)")
         ax.set_title(panel_title(arm, seq_len), loc="left", fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()

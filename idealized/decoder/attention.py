@@ -314,6 +314,8 @@ class Attention(nnx.Module):
             (0: no indexer, every visible entry read; not with `stagger`).
         index_heads, index_dim: the indexer's heads and head width; its RoPE covers
             `min(rope_dim, index_dim)` channels (even), base `ROPE_THETA`.
+        index_pairs: each kept entry read with the one before it (not V4's;
+            `v4_attention.paired_entries`).
 
     Call: `x (B, T, D) -> (B, T, D)`; `T` a multiple of the compressor's stride. Sows
     `compressed_keys`, `compressed_values` (B, C, H, hd, keys before RoPE), `attention`
@@ -332,6 +334,7 @@ class Attention(nnx.Module):
         index_topk: int = 0,
         index_heads: int = 4,
         index_dim: int = 16,
+        index_pairs: bool = False,
         rngs: nnx.Rngs,
     ):
         if compressor is None and local_window == 0:
@@ -350,7 +353,7 @@ class Attention(nnx.Module):
         self.hidden_entries = self.cut_spans = None
         stride = compressor.stride if compressor is not None else 1
         self.offsets = stagger_offsets(stride, heads) if stagger else None
-        self.index_topk = index_topk
+        self.index_topk, self.index_pairs = index_topk, index_pairs
         if index_topk:  # last: the parameters above draw as in a layer without an indexer
             # imported here: v4_attention imports this module
             from weakspots.idealized.decoder.v4_attention import LightningIndexer
@@ -430,7 +433,9 @@ class Attention(nnx.Module):
             seen = visible[None] & ~self.hidden_entries[:, None, :]
         detached = jax.lax.stop_gradient(x)
         index_scores = self.indexer(detached, detached)
-        return indexer_selection(self, index_scores, logits, visible, seen, self.index_topk)
+        return indexer_selection(
+            self, index_scores, logits, visible, seen, self.index_topk, self.index_pairs
+        )
 
     def _local_branch(self, q: Heads, k: Heads, v: Heads, positions):
         """The uncompressed branch in the banded layout (`local_scores`): unscaled scores

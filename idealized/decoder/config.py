@@ -40,7 +40,7 @@ LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
 V4_FIELDS = (
     "hca_stride", "indexer_topk", "index_heads", "index_dim", "shared_kv", "sink", "qk_norm",
     "rope_fraction", "compress_rope_theta", "q_rank", "o_groups", "o_rank", "indexer_kl",
-    "separate_values",
+    "separate_values", "indexer_pairs",
 )  # fmt: skip
 """The V4 layer's switches (`DecoderConfig`; the indexer's also serve compressed layers), and
 the weight of the indexer's training loss."""
@@ -105,7 +105,6 @@ def with_design(design: str, values: Mapping[str, Any], given: Collection[str]) 
     return out
 
 
-
 @dataclass(frozen=True)
 class DecoderConfig:
     """The structure of one decoder (all fields static).
@@ -133,9 +132,12 @@ class DecoderConfig:
     `o_groups` x `o_rank` (grouped low-rank output, 0: off), `compress_rope_theta` (RoPE
     base of csa/hca layers). `separate_values` is not V4's: a value projection (and, in
     csa/hca layers, a value compressor) of its own beside the keys, K != V, values without
-    RoPE (a diagnostic of V4's K = V). `rope_fraction > 0` sets the RoPE channels of every layer to
-    `int(rope_fraction * head_dim)` in place of `rope_dim`. `operator = none` makes csa
-    and hca layers dense V4 layers (the control).
+    RoPE (a diagnostic of V4's K = V). `indexer_pairs` is not V4's either: every entry the
+    indexer keeps is read together with the entry before it (`v4_attention.paired_entries`;
+    with overlapping windows, the other entry that pools its earlier window), an
+    intervention on what the main attention gets to learn from. `rope_fraction > 0` sets
+    the RoPE channels of every layer to `int(rope_fraction * head_dim)` in place of
+    `rope_dim`. `operator = none` makes csa and hca layers dense V4 layers (the control).
     """
 
     vocab: int
@@ -164,6 +166,7 @@ class DecoderConfig:
     o_groups: int = 0
     o_rank: int = 0
     separate_values: bool = False
+    indexer_pairs: bool = False
 
     def __post_init__(self):
         _int_at_least("vocab", self.vocab, 2)
@@ -223,7 +226,7 @@ class DecoderConfig:
         _int_at_least("indexer_topk", self.indexer_topk, 0)
         _int_at_least("index_heads", self.index_heads, 1)
         _int_at_least("index_dim", self.index_dim, 2)
-        for name in ("shared_kv", "sink", "qk_norm", "separate_values"):
+        for name in ("shared_kv", "sink", "qk_norm", "separate_values", "indexer_pairs"):
             _boolean(name, getattr(self, name))
         _positive_finite("compress_rope_theta", self.compress_rope_theta)
         _int_at_least("q_rank", self.q_rank, 0)
@@ -242,6 +245,10 @@ class DecoderConfig:
                 "indexer_topk",
                 "the indexer serves csa layers and compressed layers (not --operator none): "
                 "put csa or compressed in --layout",
+            )
+        if self.indexer_pairs and not self.indexer_topk:
+            raise ConfigError(
+                "indexer_pairs", "pairs the entries the indexer keeps: needs --indexer-topk >= 1"
             )
         if self.indexer_topk and self.stagger and "compressed" in kinds:
             raise ConfigError(
@@ -398,6 +405,7 @@ class LMConfig:
     o_groups: int = DecoderConfig.o_groups
     o_rank: int = DecoderConfig.o_rank
     separate_values: bool = DecoderConfig.separate_values
+    indexer_pairs: bool = DecoderConfig.indexer_pairs
     indexer_kl: float = 1.0
     steps: int = 2000
     batch: int = 32
@@ -436,7 +444,9 @@ class LMConfig:
         _int_at_least("warmup", self.warmup, 0)
         _positive_finite("clip", self.clip)
         _int_at_least("seed", self.seed, 0)
-        _phase_entropy(self.phase_entropy, self.operator, operator_names(DECODER, distribution=True))
+        _phase_entropy(
+            self.phase_entropy, self.operator, operator_names(DECODER, distribution=True)
+        )
         _fixed_weights(self.phase_entropy, self.operator)
         _nonnegative_finite("indexer_kl", self.indexer_kl)
         if self.phase_entropy > 0 and any(k in V4_KINDS for k in self.layer_kinds):

@@ -64,6 +64,7 @@ def make_v4_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> V4
         index_topk=config.indexer_topk,
         index_heads=config.index_heads,
         index_dim=config.index_dim,
+        index_pairs=config.indexer_pairs,
         q_rank=config.q_rank,
         o_groups=config.o_groups,
         o_rank=config.o_rank,
@@ -110,6 +111,7 @@ def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Atten
         index_topk=topk,
         index_heads=config.index_heads,
         index_dim=config.index_dim,
+        index_pairs=config.indexer_pairs and topk > 0,
         rngs=rngs,
     )
 

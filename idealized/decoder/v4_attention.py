@@ -210,6 +210,16 @@ def indexer_statistics(
     return kl, recall
 
 
+def paired_entries(
+    selected: Bool[Array, "B T C"], seen: Bool[Array, "T C"] | Bool[Array, "B T C"]
+) -> Bool[Array, "B T C"]:
+    """`selected` with the entry before each selected one added where `seen`: entry c - 1
+    is read whenever entry c is (with overlapping windows, both entries that pool window
+    c - 1 are then read together; `DecoderConfig.indexer_pairs`)."""
+    before = jnp.pad(selected[..., 1:], [(0, 0)] * (selected.ndim - 1) + [(0, 1)])
+    return (selected | before) & (seen if seen.ndim == 3 else seen[None])
+
+
 def indexer_selection(
     module: nnx.Module,
     index_scores: Float[Array, "B T C"],
@@ -217,8 +227,10 @@ def indexer_selection(
     visible: Bool[Array, "T C"],
     seen: Bool[Array, "T C"] | Bool[Array, "B T C"],
     k: int,
+    pairs: bool = False,
 ) -> Bool[Array, "B T C"]:
-    """The entries the main attention of `module` reads: `top_k_mask(index_scores, seen, k)`.
+    """The entries the main attention of `module` reads: `top_k_mask(index_scores, seen, k)`,
+    each with the entry before it when `pairs` (`paired_entries`).
 
     `visible` is the causal mask, `seen` it less the entries an edit hides. Sows the mask
     as `selected` (`nnx.Intermediate`) and, inside `nnx.capture(..., IndexerStat)`,
@@ -226,6 +238,8 @@ def indexer_selection(
     The layers with an indexer (`V4Attention`, the project's `Attention`) share it.
     """
     selected = top_k_mask(index_scores, seen, k)
+    if pairs:
+        selected = paired_entries(selected, seen)
     sow(module, "selected", lambda: selected)
     if capturing(module, IndexerStat):
         kl, recall = indexer_statistics(main_logits, index_scores, visible, k)
@@ -250,6 +264,7 @@ class V4Attention(nnx.Module):
         sink: a learned per-head sink logit in the softmax.
         index_topk: entries each query keeps by the indexer (csa; 0: no indexer, all visible).
         index_heads, index_dim: the indexer's heads and head width.
+        index_pairs: not V4's: each kept entry read with the one before it (`paired_entries`).
         q_rank: rank of the low-rank query path (0: one projection).
         o_groups, o_rank: grouped low-rank output projection (0: one projection).
         separate_values: not V4's: values from a projection (and compressor) of their own,
@@ -273,6 +288,7 @@ class V4Attention(nnx.Module):
         index_topk: int = 0,
         index_heads: int = 4,
         index_dim: int = 16,
+        index_pairs: bool = False,
         q_rank: int = 0,
         o_groups: int = 0,
         o_rank: int = 0,
@@ -291,6 +307,7 @@ class V4Attention(nnx.Module):
         self.qk_norm, self.o_groups = qk_norm, o_groups
         self.hidden_entries = self.cut_spans = None  # edits (`idealized.decoder.attention`)
         self.index_topk = index_topk if kind == "csa" else 0
+        self.index_pairs = index_pairs
         if q_rank:
             self.q_a = _linear(d_model, q_rank, rngs)
             self.q_a_norm = WeightedRMSNorm(q_rank)
@@ -378,7 +395,7 @@ class V4Attention(nnx.Module):
                     jax.lax.stop_gradient(x), jax.lax.stop_gradient(query_input)
                 )
                 mask = indexer_selection(
-                    self, index_scores, logits, visible, seen, self.index_topk
+                    self, index_scores, logits, visible, seen, self.index_topk, self.index_pairs
                 )[:, None]
             scores.append(logits)
             masks.append(mask)

@@ -70,6 +70,8 @@ HELP = {
     "indexer_kl": "weight of the indexer's KL to the main attention in the training loss",
     "separate_values": "not V4's: values from a projection and compressor of their own "
     "(K != V, no RoPE on values), a diagnostic of V4's K = V",
+    "indexer_pairs": "not V4's: read the entry before each entry the indexer keeps (csa: both "
+    "entries that pool a window together), an intervention on what the attention learns from",
 }
 
 

@@ -17,8 +17,10 @@ own, 8 facts per sequence, 1000 steps) and switches one part on at a time (`ADDI
 beside the same base's dense control: each part's effect on the gap where there is
 accuracy for a gap to open in. The arm `csa_add16` repeats the base, the indexer's top-k and
 the control at 16 facts per sequence (fact density), where the top-k design sits off the
-accuracy ceiling, and the top-k design with two-token keys (a straddle test); `hca_add` puts
-the same base and control in HCA's layer (ratio 16).
+accuracy ceiling, the top-k design with two-token keys (a straddle test), and the top-k
+design trained with each kept entry read beside the one before it (`PAIRINGS`: does the
+main attention learn the overlapping window's current half when the indexer gives it
+that half's entry?); `hca_add` puts the same base and control in HCA's layer (ratio 16).
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
@@ -27,7 +29,7 @@ control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sink
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
 indexer's top-k with 8; the `csa_add16` arm (base, top-k, control, top-k with two-token
-keys) and the `hca_add` arm (base, control) with 4.
+keys, the pairings) and the `hca_add` arm (base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -71,11 +73,20 @@ ADDITIONS: dict[str, dict] = {
 """Design name -> the one part of V4 it switches on in the `csa_add` arm's base (V4's value
 for that part; `base`: none)."""
 
+PAIRINGS: dict[str, dict] = {"with_topk_pairs": dict(indexer_topk=8, indexer_pairs=True)}
+"""The intervention on what the indexer gives the main attention in training
+(`indexer_pairs`: each kept entry read with the entry before it, so a fact's entry whose
+current half holds it comes in with the one whose previous half does), at V4's top-8. (At
+top-4, paired or not, the design stays at chance in 1000 steps: docs/lm_runs/README.md.)"""
+
+PAIRED_AGAINST: dict[str, tuple[str, ...]] = {"with_topk_pairs": ("with_topk",)}
+"""Each paired design's comparison: the same top-k without pairs."""
+
 DESIGNS: dict[str, dict] = {
-    **ABLATIONS, **ADDITIONS, "with_topk_key_len2": dict(indexer_topk=8, key_len=2)
+    **ABLATIONS, **ADDITIONS, "with_topk_key_len2": dict(indexer_topk=8, key_len=2), **PAIRINGS
 }  # fmt: skip
 """Every design's fields over its arm (`dense` serves both kinds of arm;
-`with_topk_key_len2`: the indexer's top-k on the task with two-token keys)."""
+`with_topk_key_len2`: the indexer's top-k on the task with two-token keys; `PAIRINGS`)."""
 
 _CSA_ADD = dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
                 shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
@@ -104,10 +115,10 @@ ADD_DESIGNS = (*ADDITIONS, "dense", "key_len2")
 """The `csa_add` arm's designs: the base, each part on, the dense control and the base with
 two-token keys (a straddle test: the straddling value phases become 0 and 1)."""
 
-ADD16_DESIGNS = ("base", "with_topk", "dense", "with_topk_key_len2")
+ADD16_DESIGNS = ("base", "with_topk", "dense", "with_topk_key_len2", *PAIRINGS)
 """The `csa_add16` arm's designs: the base, the part with the largest gap at 8 facts, the
-control, and that part with two-token keys (its straddle test: a straddling fact's value
-phases become 0 and 1)."""
+control, that part with two-token keys (its straddle test: a straddling fact's value
+phases become 0 and 1), and the pairing intervention on it (`PAIRINGS`)."""
 
 HCA_ADD_DESIGNS = ("base", "dense")
 """The `hca_add` arm's designs: the base in HCA's layer and its control."""

@@ -33,7 +33,12 @@ the query may read it there. These are the causal tests of that claim, each an e
 * `off_indexer`, `off_sink`, `off_local_window`: a part of DeepSeek-V4's layers (the indexer
   also on the project's compressed layer) switched off at inference in every layer that has
   it (`edits.V4PartOff`), the trained weights kept: the part's effect at inference, beside
-  the design trained without it.
+  the design trained without it;
+* `pair_indexer` (an indexer not paired in training): each entry the indexer keeps read with
+  the entry before it at inference (`edits.PairIndexer`; with overlapping windows, a fact's
+  entry whose current half holds it comes in with the one whose previous half does): what
+  the trained attention does with both halves given, beside the design trained with
+  `indexer_pairs`.
 
 With an indexer, `selection` measures the selection model's hit probability (THEORY §9.2):
 how often the first query's top-k keeps one of the fact's entries, by phase.
@@ -59,6 +64,7 @@ from weakspots.sims.decoder.edits import (
     COMPRESSED_KINDS,
     CutLocalEdges,
     HideEntries,
+    PairIndexer,
     V4PartOff,
     apply_edits,
 )
@@ -80,7 +86,7 @@ TESTS = (
     "intact", "hide_direct", "hide_direct_current", "hide_direct_previous", "hide_next1",
     "hide_next2", "hide_carry", "hide_all",
     "resample_direct", "resample_carry", "resample_all", "cut_local",
-    "off_indexer", "off_sink", "off_local_window",
+    "off_indexer", "off_sink", "off_local_window", "pair_indexer",
 )  # fmt: skip
 """The tests, in report order (module docstring)."""
 
@@ -107,6 +113,12 @@ def part_switches(config: LMConfig, test: str) -> tuple[V4PartOff, ...]:
     """The `V4PartOff` edits of an `off_<part>` test: every layer where the part applies."""
     part = test.removeprefix("off_")
     switches = (V4PartOff(layer, part) for layer in range(config.layers))
+    return tuple(edit for edit in switches if edit.applies(config))
+
+
+def pair_switches(config: LMConfig) -> tuple[PairIndexer, ...]:
+    """The `PairIndexer` edits of the `pair_indexer` test: every layer where it applies."""
+    switches = (PairIndexer(layer) for layer in range(config.layers))
     return tuple(edit for edit in switches if edit.applies(config))
 
 
@@ -177,8 +189,11 @@ def _selection_hits(config: LMConfig, layer: int, params, starts, marks, index):
             batch = placed_batch(evaluation_key(config, i), config.task, rows)
             _, sown = trace(merge(config.decoder, run_params), batch.tokens)
             flat = dict(nnx.to_flat_state(sown))
-            kept = [v.get_value()[0] for path, v in flat.items()
-                    if path[-1] == "selected" and f"blocks/{layer}/" in "/".join(map(str, path))]
+            kept = [
+                v.get_value()[0]
+                for path, v in flat.items()
+                if path[-1] == "selected" and f"blocks/{layer}/" in "/".join(map(str, path))
+            ]
             query = jnp.argmax(batch.first_query, axis=-1)  # (B,): the first value's predictor
             at_query = kept[0][jnp.arange(query.shape[0]), query]  # (B, C)
             return jnp.any(at_query & mark, axis=-1)
@@ -279,6 +294,8 @@ def test_outcomes(config: LMConfig, params: nnx.State, test: str, rows: Rows) ->
         cut = tuple(local_layers(config))
     elif test.startswith("off_"):
         return switched_outcomes(config, params, part_switches(config, test), rows)
+    elif test == "pair_indexer":
+        return switched_outcomes(config, params, pair_switches(config), rows)
     elif test != "intact":
         raise ValueError(f"carry tests are {', '.join(TESTS)}, got {test!r}")
     out = _edited_outcomes(
@@ -324,6 +341,8 @@ def carry_tests(config: LMConfig, params: nnx.State, tests=TESTS, rows: Rows | N
             edited_layers = compressed_layers(config)
         elif test.startswith("off_"):
             edited_layers = part_switches(config, test)
+        elif test == "pair_indexer":
+            edited_layers = pair_switches(config)
         else:
             edited_layers = local_layers(config)
         if not edited_layers:

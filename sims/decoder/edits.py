@@ -25,6 +25,8 @@ switches a branch of one attention layer off, or puts a compressor in front of t
   so what the span holds reaches later tokens of that layer only through compressed entries;
 * `V4PartOff(layer, part)`: a part of a DeepSeek-V4 layer switched off at inference (the
   indexer's top-k, also a compressed layer's; the sink; a csa/hca layer's local window);
+* `PairIndexer(layer)`: each entry the indexer keeps read with the entry before it, at
+  inference (`DecoderConfig.indexer_pairs`);
 * `PatchEntries(layer, windows)`: the layer's compressor wrapped in `PatchedEntries`, which
   copies the compressed entries of the marked windows from a source world on the same batch
   axis (activation patching, `sims.decoder.interventions.patch_entries`).
@@ -372,6 +374,28 @@ class V4PartOff(Edit):
         return f"switch off the {self.part.replace('_', ' ')} (layer {self.layer})"
 
 
+@dataclasses.dataclass(frozen=True)
+class PairIndexer(Edit):
+    """The indexer's kept entries each read with the entry before it, at inference
+    (`DecoderConfig.indexer_pairs`: with overlapping windows, both entries that pool a window
+    read together), the trained weights kept; for a layer with an indexer not paired in
+    training."""
+
+    kind = "pair_indexer"
+    label = "pair the indexer's entries"
+    changes_program = True
+
+    def edit(self, attention, config):
+        attention.index_pairs = True
+
+    def applies(self, config):
+        if not 0 <= self.layer < len(config.layer_kinds):
+            return False
+        kind = config.layer_kinds[self.layer]
+        indexed = kind in ("csa", "compressed") and config.operator != "none"
+        return indexed and config.indexer_topk > 0 and not config.indexer_pairs
+
+
 EDITS: tuple[type[Edit], ...] = (
     AblateHead,
     AblateLayer,
@@ -383,6 +407,7 @@ EDITS: tuple[type[Edit], ...] = (
     HideEntries,
     CutLocalEdges,
     V4PartOff,
+    PairIndexer,
     PatchEntries,
 )
 """Every kind of edit."""

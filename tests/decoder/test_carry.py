@@ -234,3 +234,30 @@ def test_far_sources_move_the_fact_clear_of_every_entry_it_touches():
     for row in np.flatnonzero(valid):
         windows = np.flatnonzero(marks[row])
         assert not np.any((windows * 4 <= hi[row]) & (windows * 4 + 3 >= lo[row]))
+
+
+def test_pair_indexer_at_inference_is_the_design_paired_in_training():
+    """`PairIndexer` on a decoder trained without pairs computes the logits of the same weights
+    built with `indexer_pairs` (and not those without); the `pair_indexer` test applies to an
+    indexer not paired in training only, and its outcomes are the paired design's."""
+    given = dict(TINY, layers=2, layout="sliding,compressed", local_window=8, index_dim=4,
+                 index_heads=2, indexer_topk=1)  # fmt: skip
+    config = LMConfig(**given)
+    paired_config = config.replace(indexer_pairs=True)
+    model = init_decoder(config.decoder, jax.random.key(0))
+    params = nnx.split(model)[1]
+    paired = nnx.merge(nnx.split(init_decoder(paired_config.decoder, jax.random.key(0)))[0], params)
+    tokens = jnp.asarray(
+        np.random.default_rng(0).integers(0, config.task.vocab, (2, 40)), jnp.int32
+    )
+    edited = edits.apply_edits(model, carry.pair_switches(config))
+    np.testing.assert_array_equal(np.asarray(edited(tokens)), np.asarray(paired(tokens)))
+    assert np.abs(np.asarray(edited(tokens) - model(tokens))).max() > 1e-4
+    assert [e.layer for e in carry.pair_switches(config)] == [1]
+    assert carry.pair_switches(paired_config) == ()
+    rows = evaluation_rows(config)
+    stacked = jax.tree.map(lambda a: a[None], params)
+    np.testing.assert_array_equal(
+        carry.test_outcomes(config, stacked, "pair_indexer", rows),
+        carry.test_outcomes(paired_config, stacked, "intact", rows),
+    )

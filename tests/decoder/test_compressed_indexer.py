@@ -172,6 +172,31 @@ def test_selected_is_sown_through_trace():
         np.testing.assert_array_equal(selected.sum(-1), np.broadcast_to(kept, (2, 32)))
 
 
+def test_indexer_pairs_reads_each_kept_entry_with_the_one_before():
+    """`indexer_pairs`: the entries read are the indexer's top-k and, for each, the entry
+    before it (a loop over the unpaired design's `selected`, same weights), never a future
+    one; the logits move, since more is read (a compressed layer and V4's csa layer)."""
+    for layout in ("sliding,compressed", "swa,csa"):
+        tokens = jnp.asarray(np.random.default_rng(1).integers(0, 20, (2, 32)), jnp.int32)
+        runs = {}
+        for pairs in (False, True):
+            config = LMConfig(**{**TINY, "layout": layout, "indexer_topk": 1,
+                                 "indexer_pairs": pairs}).decoder  # fmt: skip
+            model = Decoder(config, rngs=nnx.Rngs(params=0))
+            logits, sown = nnx.jit(trace)(model, tokens)
+            runs[pairs] = (
+                np.asarray(logits),
+                np.asarray(sown["blocks"][1]["attention"]["selected"][0]),
+            )
+        top, paired = runs[False][1], runs[True][1]
+        expected = top.copy()
+        for c in range(top.shape[-1] - 1):
+            expected[..., c] |= top[..., c + 1]
+        np.testing.assert_array_equal(paired, expected)
+        assert paired.sum() > top.sum()
+        assert np.abs(runs[True][0] - runs[False][0]).max() > 1e-4
+
+
 def test_config_gives_compressed_layers_the_indexer():
     """`indexer_topk` validates with a compressed layer, builds an indexer there only, makes
     the config `indexed`, and `V4PartOff(layer, "indexer")` applies to that layer and

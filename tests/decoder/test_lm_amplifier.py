@@ -67,6 +67,13 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
     assert len(dense) == 5 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
     assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
+    for design, others in amplifier.PAIRED_AGAINST.items():  # each pairing against its unpaired
+        for other in others:
+            gap = f"amplifier study: {design} in training moves delta_max from {other}'s"
+            halves = f"{design} in training changes how much a fact's read needs the current half"
+            assert sum(r.name == gap for r in rows) == 1
+            assert sum(r.name.startswith(f"amplifier study: {halves}") and f"from {other}'s"
+                       in r.name for r in rows) == 1  # fmt: skip
     profiles = lm_amplifier_profile.run("quick")["profiles"]
     assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add", "csa_add16", "hca_add"]
     for p in profiles:

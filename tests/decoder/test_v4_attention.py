@@ -209,6 +209,8 @@ TINY = (
         (["--sink"], "--sink"),
         (["--qk-norm", "--layout", "sliding,compressed"], "--qk-norm"),
         (["--indexer-topk", "2", "--layers", "2", "--layout", "swa,hca"], "--indexer-topk"),
+        (["--indexer-pairs", "--layers", "2", "--layout", "swa,csa", "--indexer-topk", "0"],
+         "--indexer-pairs"),
         (["--design", "v4", "--o-groups", "3"], "--o-groups"),
         (["--design", "v4", "--rope-fraction", "1.5"], "--rope-fraction"),
         (["--design", "v4", "--rope-fraction", "0.5", "--index-dim", "2"], "--index-dim"),

@@ -11,16 +11,23 @@ record at one of `SIZE_NAMES` (`experiment.size_of("quick")`):
 `results` and `predictions` are plain JSON-able data, so the result store keeps them and
 `figures/` only reads them. `evaluate(experiment, "quick", store_dir)` runs the three in
 order and memoises the first two in the store, keyed by (experiment name, version, size
-name and its settings): bump `version` when an experiment's output changes meaning.
+name and its settings): bump `version` when an experiment's output changes meaning. A
+decoder experiment's size is only a name (`sizes_by_name`; its settings, designs and
+recorded reports live in `sims.decoder`), so its key also holds `decoder_inputs()`, a
+digest of that package: a new design or recording is evaluated, not read stale.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
+from importlib import resources
+from importlib.abc import Traversable
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -205,16 +212,43 @@ def jsonable(x):
 Part = Literal["run", "predict"]
 
 
+def tree_digest(root: Traversable, suffixes=(".py", ".json")) -> str:
+    """SHA-256 over the relative paths and bytes of the files under `root` (recursively,
+    in sorted order) whose names end in one of `suffixes`."""
+    digest = hashlib.sha256()
+
+    def walk(node: Traversable, prefix: str) -> None:
+        for child in sorted(node.iterdir(), key=lambda c: c.name):
+            name = f"{prefix}{child.name}"
+            if child.is_dir():
+                walk(child, name + "/")
+            elif child.name.endswith(suffixes):
+                digest.update(name.encode() + b"\0" + child.read_bytes() + b"\0")
+
+    walk(root, "")
+    return digest.hexdigest()
+
+
+@functools.cache
+def decoder_inputs() -> str:
+    """`tree_digest` of `sims.decoder` (its drivers, designs and recorded reports in
+    `runs/`), computed once per process."""
+    return tree_digest(resources.files("weakspots.sims.decoder"))
+
+
 def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
     record = experiment.size_of(size)
     settings = dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record
-    return {
+    key = {
         "part": part,
         "experiment": experiment.name,
         "version": experiment.version,
         "size": size,
         "settings": json.dumps(jsonable(settings), sort_keys=True),
     }
+    if isinstance(record, str):  # a decoder driver's size name (`sizes_by_name`)
+        key["inputs"] = decoder_inputs()
+    return key
 
 
 def stored(store_dir, part: Part, experiment: Experiment, size: str) -> bool:

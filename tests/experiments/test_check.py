@@ -17,7 +17,8 @@ from weakspots.sims.experiments import (
     failing,
     kind_counts,
 )
-from weakspots.sims.experiments.experiment import stored
+from weakspots.sims.experiments import experiment as experiment_module
+from weakspots.sims.experiments.experiment import sizes_by_name, stored, tree_digest
 from weakspots.sims.experiments.measure import FALSE_ALARM, mean_half_width, normal_half_width
 from weakspots.sims.experiments.toy import linear_growth, phase_diagram, threshold
 
@@ -92,6 +93,46 @@ def test_each_experiment_runs_at_its_own_size_and_the_store_keeps_sizes_and_vers
     with pytest.raises(ValueError, match="sizes"):
         sized.replace(sizes={"quick": 20})
     assert all(set(e.sizes) == {"tiny", "quick", "full"} for e in EXPERIMENTS)
+
+
+def test_a_decoder_experiment_is_recomputed_when_what_it_reads_changes(tmp_path, monkeypatch):
+    """A decoder experiment's size is a name; its store key holds the digest of
+    `sims.decoder` (designs, recorded reports), so a new recording is not read stale."""
+    calls = []
+    named = Experiment(
+        "named",
+        lambda size: calls.append(size) or {"size": size},
+        lambda size, results: {},
+        lambda results, predictions: [],
+        sizes=sizes_by_name(),
+    )
+    evaluate(named, "quick", tmp_path)
+    evaluate(named, "quick", tmp_path)
+    assert calls == ["quick"]  # the second read the store
+    monkeypatch.setattr(experiment_module, "decoder_inputs", lambda: "another recording")
+    assert not stored(tmp_path, "run", named, "quick")
+    evaluate(named, "quick", tmp_path)
+    assert calls == ["quick", "quick"]
+
+
+def test_the_tree_digest_sees_a_changed_a_new_and_a_renamed_file(tmp_path):
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "a.json").write_text("{}")
+    (tmp_path / "b.py").write_text("x = 1")
+    (tmp_path / "notes.txt").write_text("left out")
+    digest = lambda: tree_digest(tmp_path)  # noqa: E731
+    first = digest()
+    assert digest() == first
+    (tmp_path / "notes.txt").write_text("changed, still left out")
+    assert digest() == first
+    (tmp_path / "runs" / "a.json").write_text('{"k": 1}')
+    changed = digest()
+    assert changed != first
+    (tmp_path / "runs" / "c.json").write_text("{}")
+    added = digest()
+    assert added != changed
+    (tmp_path / "runs" / "c.json").rename(tmp_path / "runs" / "d.json")
+    assert digest() != added
 
 
 @pytest.mark.slow

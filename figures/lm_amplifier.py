@@ -53,7 +53,8 @@ def make(results, predictions=None):
         ax.set_xticklabels([c["design"] for c in mine], rotation=30, ha="right")
         notes = [
             note for suffix, note in (("key_len2", "key_len2: two-token keys"),
-                                      ("pairs", "pairs: each kept entry with the one before"))
+                                      ("pairs", "pairs: each kept entry with the one before"),
+                                      ("500steps", "500steps: half the training"))
             if any(c["design"].endswith(suffix) for c in mine)
         ]  # fmt: skip
         ax.set_xlabel("design" + (f" ({'; '.join(notes)})" if notes else ""))

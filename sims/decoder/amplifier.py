@@ -20,8 +20,9 @@ the control at 16 facts per sequence (fact density), where the top-k design sits
 accuracy ceiling, the top-k design with two-token keys (a straddle test), and the top-k
 design trained with each kept entry read beside the one before it (`PAIRINGS`: does the
 main attention learn the overlapping window's current half when the indexer gives it
-that half's entry?) and with twice the entries kept (`TOPK_SIZES`); `hca_add` puts the
-same base and control in HCA's layer (ratio 16).
+that half's entry?) and with twice the entries kept (`TOPK_SIZES`), and the base at half
+the budget, between plateau and ceiling (`BUDGETS`); `hca_add` puts the same base and
+control in HCA's layer (ratio 16).
 
 Sizes: `tiny` trains tiny designs (tests of the pipeline); `quick` reads the reports
 recorded in `sims/decoder/runs/amplifier_<arm>_<design>.json` (each holds its config and its
@@ -30,7 +31,7 @@ control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sink
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
 indexer's top-k with 8; the `csa_add16` arm (base, top-k, control, top-k with two-token
-keys, the pairing, top-16) and the `hca_add` arm (base, control) with 4.
+keys, the pairing, top-16, the base at 500 steps) and the `hca_add` arm (base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -80,20 +81,29 @@ PAIRINGS: dict[str, dict] = {"with_topk_pairs": dict(indexer_topk=8, indexer_pai
 current half holds it comes in with the one whose previous half does), at V4's top-8. (At
 top-4, paired or not, the design stays at chance in 1000 steps: docs/lm_runs/README.md.)"""
 
-PAIRED_AGAINST: dict[str, tuple[str, ...]] = {"with_topk_pairs": ("with_topk",)}
-"""Each paired design's comparison: the same top-k without pairs."""
-
 TOPK_SIZES: dict[str, dict] = {"with_topk16": dict(indexer_topk=16)}
 """The indexer's top-k keeping 16 entries, half of the at most 32 a query sees at T = 128
 (`with_topk`: 8, a quarter): how the effect of top-k changes with k against the entries."""
 
+BUDGETS: dict[str, dict] = {"base_500steps": dict(steps=500)}
+"""The base trained for half the arm's budget (500 steps, its cosine schedule over 500):
+between plateau and ceiling, near the top-k design's accuracy at 1000 steps, the
+matched-accuracy control for what top-k does to the read."""
+
+COMPARED_WITH: dict[str, tuple[str, ...]] = {
+    "with_topk_pairs": ("with_topk",), "with_topk": ("base_500steps",)
+}  # fmt: skip
+"""Comparisons beside each design's against its arm's reference (gap and current-half
+rows): the paired top-k design against the same top-k unpaired, and the top-k design
+against the base at half the budget (matched accuracy)."""
+
 DESIGNS: dict[str, dict] = {
     **ABLATIONS, **ADDITIONS, "with_topk_key_len2": dict(indexer_topk=8, key_len=2), **PAIRINGS,
-    **TOPK_SIZES,
+    **TOPK_SIZES, **BUDGETS,
 }  # fmt: skip
 """Every design's fields over its arm (`dense` serves both kinds of arm;
 `with_topk_key_len2`: the indexer's top-k on the task with two-token keys; `PAIRINGS`,
-`TOPK_SIZES`)."""
+`TOPK_SIZES`, `BUDGETS`)."""
 
 _CSA_ADD = dict(layers=2, layout="swa,csa", window=32, local_window=32, indexer_topk=0,
                 shared_kv=False, sink=False, qk_norm=False, rope_fraction=1.0, q_rank=0,
@@ -122,11 +132,13 @@ ADD_DESIGNS = (*ADDITIONS, "dense", "key_len2")
 """The `csa_add` arm's designs: the base, each part on, the dense control and the base with
 two-token keys (a straddle test: the straddling value phases become 0 and 1)."""
 
-ADD16_DESIGNS = ("base", "with_topk", "dense", "with_topk_key_len2", *PAIRINGS, *TOPK_SIZES)
+ADD16_DESIGNS = (
+    "base", "with_topk", "dense", "with_topk_key_len2", *PAIRINGS, *TOPK_SIZES, *BUDGETS
+)  # fmt: skip
 """The `csa_add16` arm's designs: the base, the part with the largest gap at 8 facts, the
 control, that part with two-token keys (its straddle test: a straddling fact's value
-phases become 0 and 1), the pairing intervention on it (`PAIRINGS`) and top-k keeping twice
-the entries (`TOPK_SIZES`)."""
+phases become 0 and 1), the pairing intervention on it (`PAIRINGS`), top-k keeping twice
+the entries (`TOPK_SIZES`) and the base at half the budget (`BUDGETS`)."""
 
 HCA_ADD_DESIGNS = ("base", "dense")
 """The `hca_add` arm's designs: the base in HCA's layer and its control."""

@@ -67,7 +67,7 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
     assert len(dense) == 5 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
     assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
-    for design, others in amplifier.PAIRED_AGAINST.items():  # each pairing against its unpaired
+    for design, others in amplifier.COMPARED_WITH.items():  # the comparisons beyond the reference
         for other in others:
             gap = f"amplifier study: {design} in training moves delta_max from {other}'s"
             halves = f"{design} in training changes how much a fact's read needs the current half"

@@ -5,8 +5,9 @@ dense control, at V4's proportions (a local branch of 8 strides beside the compr
 entries); in the `csa_add` arm, each part switched on, one at a time, in a base that learns
 the task. No theory predicts the designs' gaps, so each is a finding row: does the part
 move `delta_max` beyond both designs' intervals (seeds as clusters), against the arm's
-reference (`amplifier.REFERENCE`: V4's design, or the base), and a paired top-k design
-against its unpaired ones (`amplifier.PAIRED_AGAINST`, gap and current-half rows)? The dense
+reference (`amplifier.REFERENCE`: V4's design, or the base), and the comparisons of
+`amplifier.COMPARED_WITH` (the paired top-k design against the unpaired, the top-k design
+against the base at matched accuracy; gap and current-half rows)? The dense
 control is a prediction: no phase effect, `delta_max` within its 95% noise floor. The carry
 tests ask where the reference design reads a fact from: accuracy left with its own entries hidden
 (carried entries suffice, against chance), and with the local edges into the fact cut (no
@@ -63,7 +64,7 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             out.append(_ablation_row(where, design, c, reference, ref))
             halves = _halves_row(where, design, c, reference, ref)
             out += [halves] if halves is not None else []
-        for other in amplifier.PAIRED_AGAINST.get(design, ()):
+        for other in amplifier.COMPARED_WITH.get(design, ()):
             if (arm, seq_len, other) in cells:
                 unpaired = cells[(arm, seq_len, other)]
                 out.append(_ablation_row(where, design, c, other, unpaired))

@@ -388,12 +388,8 @@ class PairIndexer(Edit):
     def edit(self, attention, config):
         attention.index_pairs = True
 
-    def applies(self, config):
-        if not 0 <= self.layer < len(config.layer_kinds):
-            return False
-        kind = config.layer_kinds[self.layer]
-        indexed = kind in ("csa", "compressed") and config.operator != "none"
-        return indexed and config.indexer_topk > 0 and not config.indexer_pairs
+    def applies(self, config):  # a layer whose indexer could be switched off, not yet paired
+        return V4PartOff(self.layer, "indexer").applies(config) and not config.indexer_pairs
 
 
 EDITS: tuple[type[Edit], ...] = (

@@ -66,9 +66,9 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             out += [halves] if halves is not None else []
         for other in amplifier.COMPARED_WITH.get(design, ()):
             if (arm, seq_len, other) in cells:
-                unpaired = cells[(arm, seq_len, other)]
-                out.append(_ablation_row(where, design, c, other, unpaired))
-                halves = _halves_row(where, design, c, other, unpaired)
+                theirs = cells[(arm, seq_len, other)]
+                out.append(_ablation_row(where, design, c, other, theirs))
+                halves = _halves_row(where, design, c, other, theirs)
                 out += [halves] if halves is not None else []
         if design == reference:
             out += _carry_rows(where, reference, c, predictions["chance"])

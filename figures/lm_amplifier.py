@@ -6,7 +6,7 @@ import numpy as np
 from weakspots.figures.style import COLORS, figure, legend_below
 
 CAPTION = (
-    "The amplifier study: delta_max (best minus worst value phase, each seed on its own sequences) of DeepSeek-V4's attention at small scale with V4's proportions (a sliding layer, then a compressed layer with a local window of 8 strides), of the same design with one part switched off in training, and of the dense control; one panel per arm (CSA: ratio 4, overlapping windows, indexer top-k; HCA: ratio 16) and context; then a base that learns the task (V4's CSA layer with every part off, values of their own, 1000 steps) with one part switched on, at 8 and at 16 facts per sequence; last panel: the same base in HCA's layer beside its control.",
+    "The amplifier study: delta_max (best minus worst value phase, each seed on its own sequences) of DeepSeek-V4's attention at small scale with V4's proportions (a sliding layer, then a compressed layer with a local window of 8 strides), of the same design with one part switched off in training, and of the dense control; one panel per arm (CSA: ratio 4, overlapping windows, indexer top-k; HCA: ratio 16) and context; then a base that learns the task (V4's CSA layer with every part off, values of their own, 1000 steps) with one part switched on, at 8 and at 16 facts per sequence, and with the indexer's top-k at 20 facts (each seed scored on 64 sequences per position); last panel: the same base in HCA's layer beside its control.",
     "Bars: 95% intervals of delta_max (t over seeds); grey ticks: the 95% noise floor with no phase effect (seeds as clusters); numbers: mean accuracy. A part whose removal lowers the bar below V4's, or whose addition lifts it above the base's, is an amplifier.",
 )
 
@@ -15,6 +15,7 @@ TITLES = {
     "hca": "HCA (ratio 16): parts off",
     "csa_add": "CSA, K != V, 8 facts: parts on",
     "csa_add16": "CSA, K != V, 16 facts: parts on",
+    "csa_add20": "CSA, K != V, 20 facts: top-k",
     "hca_add": "HCA (ratio 16), K != V, 8 facts: base",
 }
 REFERENCES = ("v4", "base")
@@ -28,8 +29,11 @@ def make(results, predictions=None):
     del predictions
     cells = results["cells"]
     panels = list(dict.fromkeys((c["arm"], c["seq_len"]) for c in cells))
-    fig, axes = figure(len(panels), 1, width=5.2, height=3.4)
-    for ax, (arm, seq_len) in zip(axes[0], panels, strict=True):
+    ncols = min(3, len(panels))
+    fig, axes = figure(ncols, -(-len(panels) // ncols), width=5.2, height=3.4)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (arm, seq_len) in zip(axes.flat[: len(panels)], panels, strict=True):
         mine = [c for c in cells if (c["arm"], c["seq_len"]) == (arm, seq_len)]
         for i, c in enumerate(mine):
             color = (

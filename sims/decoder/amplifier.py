@@ -31,7 +31,8 @@ control with 4 seeds, every part off in turn (top-k, shared KV, q/kv norms, sink
 local branch) and two-token keys with 2; at HCA, V4's design and its control with 2; the
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
 indexer's top-k with 8; the `csa_add16` arm (base, top-k, control, top-k with two-token
-keys, the pairing, top-16, the base at 500 steps) and the `hca_add` arm (base, control) with 4.
+keys, the pairing, top-16, the base at 500 steps), the `csa_add20` arm (base, top-k,
+control) and the `hca_add` arm (base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -115,16 +116,20 @@ ARMS: dict[str, dict] = {
                 local_window=32, indexer_topk=0),
     "csa_add": _CSA_ADD,
     "csa_add16": dict(_CSA_ADD, pairs=16),
+    "csa_add20": dict(_CSA_ADD, pairs=20, eval_samples=64),
     "hca_add": dict(_CSA_ADD, layout="swa,hca", stride=16, hca_stride=16),
 }  # fmt: skip
 """The compressed layer of each arm: CSA at ratio 4 (local window 8 strides), HCA at 16;
 `csa_add`: CSA with every part off, values of their own (not V4's), 8 facts, 1000 steps at
 every size (the regime where its base learns); `csa_add16`: the same at 16 facts (the
-density at which the indexer's top-k leaves its design off the ceiling); `hca_add`: the same
-switches in HCA's layer (ratio 16), its base and control only."""
+density at which the indexer's top-k leaves its design off the ceiling); `csa_add20`: at 20
+facts, each seed scored on 64 sequences per position (the largest gap the study found:
+docs/lm_runs/large_gap.json); `hca_add`: the same switches in HCA's layer (ratio 16), its base
+and control only."""
 
 REFERENCE: dict[str, str] = {
-    "csa": "v4", "hca": "v4", "csa_add": "base", "csa_add16": "base", "hca_add": "base"
+    "csa": "v4", "hca": "v4", "csa_add": "base", "csa_add16": "base", "csa_add20": "base",
+    "hca_add": "base",
 }  # fmt: skip
 """The design each arm's others are compared with."""
 
@@ -139,6 +144,9 @@ ADD16_DESIGNS = (
 control, that part with two-token keys (its straddle test: a straddling fact's value
 phases become 0 and 1), the pairing intervention on it (`PAIRINGS`), top-k keeping twice
 the entries (`TOPK_SIZES`) and the base at half the budget (`BUDGETS`)."""
+
+ADD20_DESIGNS = ("base", "with_topk", "dense")
+"""The `csa_add20` arm's designs: the base, the indexer's top-k and the control."""
 
 HCA_ADD_DESIGNS = ("base", "dense")
 """The `hca_add` arm's designs: the base in HCA's layer and its control."""
@@ -157,24 +165,26 @@ SIZES: dict[str, dict] = {
     ),
     "quick": dict(
         config=dict(seq_len=128, steps=2000, eval_every=250, eval_samples=16),
-        arms=("csa", "hca", "csa_add", "csa_add16", "hca_add"), designs=tuple(ABLATIONS),
-        seeds={"v4": 4, "dense": 4},
+        arms=("csa", "hca", "csa_add", "csa_add16", "csa_add20", "hca_add"),
+        designs=tuple(ABLATIONS), seeds={"v4": 4, "dense": 4},
         default_seeds=2, seq_lens=(128,), source="recorded",
         arm_designs={"hca": ("v4", "dense"), "csa_add": ADD_DESIGNS,
-                     "csa_add16": ADD16_DESIGNS, "hca_add": HCA_ADD_DESIGNS},
-        arm_seeds={"hca": 2, "csa_add": 4, "csa_add16": 4, "hca_add": 4},
+                     "csa_add16": ADD16_DESIGNS, "csa_add20": ADD20_DESIGNS,
+                     "hca_add": HCA_ADD_DESIGNS},
+        arm_seeds={"hca": 2, "csa_add": 4, "csa_add16": 4, "csa_add20": 4, "hca_add": 4},
         arm_seq_lens={"hca": (136,), "hca_add": (144,)},
         cell_seeds=ADD_SEEDS,
     ),
     "full": dict(
         config=dict(steps=4000, eval_every=500, eval_samples=16),
-        arms=("csa", "hca", "csa_add", "csa_add16", "hca_add"), designs=tuple(ABLATIONS),
-        seeds={}, default_seeds=4,
+        arms=("csa", "hca", "csa_add", "csa_add16", "csa_add20", "hca_add"),
+        designs=tuple(ABLATIONS), seeds={}, default_seeds=4,
         arm_designs={"hca": tuple(d for d in ABLATIONS if d != "key_len2"),
                      "csa_add": ADD_DESIGNS, "csa_add16": ADD16_DESIGNS,
-                     "hca_add": HCA_ADD_DESIGNS},
+                     "csa_add20": ADD20_DESIGNS, "hca_add": HCA_ADD_DESIGNS},
         seq_lens=(136, 520, 1032),
-        arm_seq_lens={"csa_add": (128,), "csa_add16": (128,), "hca_add": (144,)},
+        arm_seq_lens={"csa_add": (128,), "csa_add16": (128,), "csa_add20": (128,),
+                      "hca_add": (144,)},
         cell_seeds=ADD_SEEDS,
         source="train",
     ),

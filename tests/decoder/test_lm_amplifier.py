@@ -51,6 +51,10 @@ def test_the_add_arm_is_v4s_csa_layer_with_every_part_off_and_each_addition_is_v
     for design in amplifier.ADD16_DESIGNS:  # the denser arm: the same designs at 16 facts
         dense16 = amplifier.design_config("quick", "csa_add16", design)
         assert dense16 == amplifier.design_config("quick", "csa_add", design).replace(pairs=16)
+    for design in amplifier.ADD20_DESIGNS:  # 20 facts, each seed on 64 sequences per position
+        dense20 = amplifier.design_config("quick", "csa_add20", design)
+        base = amplifier.design_config("quick", "csa_add", design)
+        assert dense20 == base.replace(pairs=20, eval_samples=64)
 
 
 def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
@@ -64,7 +68,7 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
         assert lo <= c["delta_max"] <= hi
     rows = lm_amplifier.rows(results, lm_amplifier.predict("quick", results))
     dense = [r for r in rows if "dense control" in r.name]
-    assert len(dense) == 5 and not any(r.finding for r in dense)  # one per arm
+    assert len(dense) == 6 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
     assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
     for design, others in amplifier.COMPARED_WITH.items():  # the comparisons beyond the reference
@@ -75,7 +79,8 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
             assert sum(r.name.startswith(f"amplifier study: {halves}") and f"from {other}'s"
                        in r.name for r in rows) == 1  # fmt: skip
     profiles = lm_amplifier_profile.run("quick")["profiles"]
-    assert [p["arm"] for p in profiles] == ["csa", "hca", "csa_add", "csa_add16", "hca_add"]
+    arms = ["csa", "hca", "csa_add", "csa_add16", "csa_add20", "hca_add"]
+    assert [p["arm"] for p in profiles] == arms
     for p in profiles:
         shown = [c["design"] for c in p["designs"]]
         assert shown[:2] == [amplifier.REFERENCE[p["arm"]], "dense"]

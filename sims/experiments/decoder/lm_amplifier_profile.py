@@ -1,6 +1,6 @@
 """Figure (g): the per-phase profile of DeepSeek-V4's design beside its dense control and its
 most amplifying ablation (the design of `sims.decoder.amplifier` with the largest `delta_max`);
-in the `csa_add` arms (8 and 16 facts), its base beside the control and the part with the
+in the `csa_add` arms (8, 16 and 20 facts), its base beside the control and the part with the
 largest gap; in `hca_add`, the base beside its control.
 
 Finding rows: does each of the three show a weak spot beyond the intervals (the worst phase's

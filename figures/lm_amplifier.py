@@ -3,7 +3,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, legend_below, panel_grid
 
 CAPTION = (
     "The amplifier study: delta_max (best minus worst value phase, each seed on its own sequences) of DeepSeek-V4's attention at small scale with V4's proportions (a sliding layer, then a compressed layer with a local window of 8 strides), of the same design with one part switched off in training, and of the dense control; one panel per arm (CSA: ratio 4, overlapping windows, indexer top-k; HCA: ratio 16) and context; then a base that learns the task (V4's CSA layer with every part off, values of their own, 1000 steps) with one part switched on, at 8 and at 16 facts per sequence, and with the indexer's top-k at 20 facts (each seed scored on 64 sequences per position); last panel: the same base in HCA's layer beside its control.",
@@ -29,11 +29,8 @@ def make(results, predictions=None):
     del predictions
     cells = results["cells"]
     panels = list(dict.fromkeys((c["arm"], c["seq_len"]) for c in cells))
-    ncols = min(3, len(panels))
-    fig, axes = figure(ncols, -(-len(panels) // ncols), width=5.2, height=3.4)
-    for ax in axes.flat[len(panels) :]:
-        ax.set_visible(False)
-    for ax, (arm, seq_len) in zip(axes.flat[: len(panels)], panels, strict=True):
+    fig, _, shown = panel_grid(len(panels), width=5.2, height=3.4)
+    for ax, (arm, seq_len) in zip(shown, panels, strict=True):
         mine = [c for c in cells if (c["arm"], c["seq_len"]) == (arm, seq_len)]
         for i, c in enumerate(mine):
             color = (
@@ -64,7 +61,7 @@ def make(results, predictions=None):
         ax.set_xlabel("design" + (f" ({'; '.join(notes)})" if notes else ""))
         ax.set_ylabel("delta_max (best - worst phase)")
         ax.set_title(panel_title(arm, seq_len), loc="left", fontsize=8)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = shown[0].get_legend_handles_labels()
     legend_below(fig, ncol=2, handles=handles, labels=labels)
     fig.suptitle("Which part of DeepSeek-V4 makes the weak spot large")
     return fig

@@ -4,7 +4,7 @@ amplifying ablation (in the `csa_add` arms: the base, its control, the part with
 import numpy as np
 
 from weakspots.figures.lm_amplifier import panel_title
-from weakspots.figures.style import COLORS, figure
+from weakspots.figures.style import COLORS, panel_grid
 
 CAPTION = (
     "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study (then the base with every part off and K != V, at 8, 16 and 20 facts per sequence, beside its control and the part whose addition gives the largest delta_max; last panel: that base in HCA's layer beside its control); facts beyond the query's uncompressed reach, each seed on its own sequences.",
@@ -15,11 +15,8 @@ CAPTION = (
 def make(results, predictions=None):
     del predictions
     profiles = results["profiles"]
-    ncols = min(3, len(profiles))
-    fig, axes = figure(ncols, -(-len(profiles) // ncols), width=4.6, height=3.3)
-    for ax in axes.flat[len(profiles) :]:
-        ax.set_visible(False)
-    for ax, p in zip(axes.flat[: len(profiles)], profiles, strict=True):
+    fig, _, shown = panel_grid(len(profiles), width=4.6, height=3.3)
+    for ax, p in zip(shown, profiles, strict=True):
         for j, c in enumerate(p["designs"]):
             acc = np.asarray(c["phase_accuracy"])
             ci = np.asarray(c["phase_accuracy_ci"])

@@ -52,9 +52,9 @@ def test_the_add_arm_is_v4s_csa_layer_with_every_part_off_and_each_addition_is_v
         dense16 = amplifier.design_config("quick", "csa_add16", design)
         assert dense16 == amplifier.design_config("quick", "csa_add", design).replace(pairs=16)
     for design in amplifier.ADD20_DESIGNS:  # 20 facts, each seed on 64 sequences per position
-        dense20 = amplifier.design_config("quick", "csa_add20", design)
-        base = amplifier.design_config("quick", "csa_add", design)
-        assert dense20 == base.replace(pairs=20, eval_samples=64)
+        at20 = amplifier.design_config("quick", "csa_add20", design)
+        at8 = amplifier.design_config("quick", "csa_add", design)
+        assert at20 == at8.replace(pairs=20, eval_samples=64)
 
 
 def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():

@@ -32,7 +32,7 @@ local branch) and two-token keys with 2; at HCA, V4's design and its control wit
 `csa_add` arm (base, each part on, dense control, two-token keys) with 4, the base and the
 indexer's top-k with 8; the `csa_add16` arm (base, top-k, control, top-k with two-token
 keys, the pairing, top-16, the base at 500 steps), the `csa_add20` arm (base, top-k,
-control) and the `hca_add` arm (base, control) with 4.
+control, the base at 500 steps) and the `hca_add` arm (base, control) with 4.
 `full` retrains every design at both arms (`csa`: ratio 4; `hca`: ratio 16, phases
 counted at 16) and at longer contexts, 4 seeds each. Trained decoders are kept in
 the `sims.decoder.checkpoint` cache.
@@ -145,8 +145,9 @@ control, that part with two-token keys (its straddle test: a straddling fact's v
 phases become 0 and 1), the pairing intervention on it (`PAIRINGS`), top-k keeping twice
 the entries (`TOPK_SIZES`) and the base at half the budget (`BUDGETS`)."""
 
-ADD20_DESIGNS = ("base", "with_topk", "dense")
-"""The `csa_add20` arm's designs: the base, the indexer's top-k and the control."""
+ADD20_DESIGNS = ("base", "with_topk", "dense", *BUDGETS)
+"""The `csa_add20` arm's designs: the base, the indexer's top-k, the control and the base at
+half the budget (`BUDGETS`)."""
 
 HCA_ADD_DESIGNS = ("base", "dense")
 """The `hca_add` arm's designs: the base in HCA's layer and its control."""

@@ -71,13 +71,16 @@ def test_the_quick_study_reads_its_recorded_reports_and_rows_are_typed():
     assert len(dense) == 6 and not any(r.finding for r in dense)  # one per arm
     assert all(r.finding for r in rows if r not in dense and r.kind != "fit")
     assert [r.kind for r in rows].count("fit") == 2  # the allocation law: CSA's v4, csa_add's base
+    arms_of = lambda d: {c["arm"] for c in results["cells"] if c["design"] == d}  # noqa: E731
     for design, others in amplifier.COMPARED_WITH.items():  # the comparisons beyond the reference
         for other in others:
+            both = len(arms_of(design) & arms_of(other))  # one row per arm with both designs
+            assert both >= 1
             gap = f"amplifier study: {design} in training moves delta_max from {other}'s"
             halves = f"{design} in training changes how much a fact's read needs the current half"
-            assert sum(r.name == gap for r in rows) == 1
+            assert sum(r.name == gap for r in rows) == both
             assert sum(r.name.startswith(f"amplifier study: {halves}") and f"from {other}'s"
-                       in r.name for r in rows) == 1  # fmt: skip
+                       in r.name for r in rows) == both  # fmt: skip
     profiles = lm_amplifier_profile.run("quick")["profiles"]
     arms = ["csa", "hca", "csa_add", "csa_add16", "csa_add20", "hca_add"]
     assert [p["arm"] for p in profiles] == arms

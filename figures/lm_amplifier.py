@@ -15,7 +15,7 @@ TITLES = {
     "hca": "HCA (ratio 16): parts off",
     "csa_add": "CSA, K != V, 8 facts: parts on",
     "csa_add16": "CSA, K != V, 16 facts: parts on",
-    "csa_add20": "CSA, K != V, 20 facts: top-k",
+    "csa_add20": "CSA, K != V, 20 facts: top-k, half the budget",
     "hca_add": "HCA (ratio 16), K != V, 8 facts: base",
 }
 REFERENCES = ("v4", "base")

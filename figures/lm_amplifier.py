@@ -15,7 +15,7 @@ TITLES = {
     "hca": "HCA (ratio 16): parts off",
     "csa_add": "CSA, K != V, 8 facts: parts on",
     "csa_add16": "CSA, K != V, 16 facts: parts on",
-    "csa_add20": "CSA, K != V, 20 facts: top-k, half the budget",
+    "csa_add20": "CSA, K != V, 20 facts",
     "hca_add": "HCA (ratio 16), K != V, 8 facts: base",
 }
 REFERENCES = ("v4", "base")
@@ -29,7 +29,7 @@ def make(results, predictions=None):
     del predictions
     cells = results["cells"]
     panels = list(dict.fromkeys((c["arm"], c["seq_len"]) for c in cells))
-    fig, _, shown = panel_grid(len(panels), width=5.2, height=3.4)
+    fig, shown = panel_grid(len(panels), width=5.2, height=3.4)
     for ax, (arm, seq_len) in zip(shown, panels, strict=True):
         mine = [c for c in cells if (c["arm"], c["seq_len"]) == (arm, seq_len)]
         for i, c in enumerate(mine):

@@ -15,7 +15,7 @@ CAPTION = (
 def make(results, predictions=None):
     del predictions
     profiles = results["profiles"]
-    fig, _, shown = panel_grid(len(profiles), width=4.6, height=3.3)
+    fig, shown = panel_grid(len(profiles), width=4.6, height=3.3)
     for ax, p in zip(shown, profiles, strict=True):
         for j, c in enumerate(p["designs"]):
             acc = np.asarray(c["phase_accuracy"])

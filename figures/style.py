@@ -49,13 +49,13 @@ def figure(ncols=1, nrows=1, width=4.2, height=3.2, **kwargs):
 def panel_grid(panels, max_cols=3, width=4.2, height=3.2):
     """`panels` panels in rows of at most `max_cols` (`figure`), the unused axes hidden.
 
-    Returns (figure, axes (nrows, ncols), the first `panels` axes in reading order).
+    Returns (figure, the first `panels` axes in reading order).
     """
     ncols = min(max_cols, panels)
     fig, axes = figure(ncols, -(-panels // ncols), width=width, height=height)
     for ax in axes.flat[panels:]:
         ax.set_visible(False)
-    return fig, axes, list(axes.flat[:panels])
+    return fig, list(axes.flat[:panels])
 
 
 def legend_below(fig, axes=None, ncol=3, handles=None, labels=None):

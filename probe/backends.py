@@ -15,7 +15,6 @@ import json
 import math
 import os
 import pathlib
-import socket
 import threading
 import urllib.error
 import urllib.request
@@ -78,7 +77,7 @@ class Backend(abc.ABC):
     def identity(self) -> dict:
         return {"backend": self.name, "model": self.model_id}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (optional: most backends hold nothing)
         """Release what the backend holds (nothing by default)."""
 
 
@@ -216,7 +215,6 @@ class OpenAIBackend(Backend):
         except (
             urllib.error.URLError,
             http.client.HTTPException,
-            socket.timeout,
             ConnectionError,
             TimeoutError,
         ) as error:

@@ -1,5 +1,7 @@
 """Closed-form and semi-analytic predictions, and the reduced gradient-flow loss."""
 
+# ruff: noqa: F401 (the imports renamed with a module prefix are this package's API)
+
 from weakspots.idealized.stagger import stagger_offsets as stagger_offsets
 
 from .accuracy import delta_max as delta_max

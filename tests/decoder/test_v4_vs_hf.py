@@ -120,6 +120,7 @@ def test_largest_length_solves_the_fitted_quadratic():
     assert lm_memory.largest_length(lengths, peaks, budget) == int(root // 128) * 128
 
 
+@pytest.mark.slow  # 55 s of compiles; the bitwise property itself: test_lm_attention
 def test_softmax_vjp_forms_exact_is_bitwise_and_p_form_is_not():
     """`benchmarks/softmax_vjp` at tiny size: the project's backward gives autodiff's
     gradients to the bit in both layers; the textbook `p (g - sum(g p))` rounds otherwise."""

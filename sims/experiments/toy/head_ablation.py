@@ -9,6 +9,7 @@ import numpy as np
 from weakspots.idealized.toy.config import TrainConfig
 from weakspots.sims.experiments.canonical import TRAINING, Training, base_config, train
 from weakspots.sims.experiments.experiment import Experiment, Row
+from weakspots.sims.toy.interventions import ablate
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,6 @@ SIZES = {
     "quick": Size(TRAINING["quick"], (1, 2, 4, 8), ablate_samples=128),
     "full": Size(TRAINING["full"], (1, 2, 4, 8), ablate_samples=512),
 }
-from weakspots.sims.toy.interventions import ablate
 
 
 def configs(size: Size) -> list[TrainConfig]:

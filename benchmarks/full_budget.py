@@ -3,9 +3,10 @@
 `sims.decoder.amplifier.SIZES["full"]` trains every design of the CSA and HCA arms at three
 contexts, 4 seeds of 4000 steps each, and the `csa_add`, `csa_add16`, `csa_add20` and
 `hca_add` arms at one context each, 4 seeds of 1000 steps. This measures, per (arm,
-context), the CPU seconds of one training step of one seed (a block of `--steps` steps and its held-out evaluation,
-after compiling) for the arm's reference design (V4's, or the base) and for the dense control, whose attention grows
-as T^2, and multiplies out the grid: the other designs are charged their reference's cost
+context), the CPU seconds of one training step of one seed (a block of `--steps` steps and
+its held-out evaluation, after compiling) for the arm's reference design (V4's, or the
+base) and for the dense control, whose attention grows as T^2, and multiplies out the
+grid: the other designs are charged their reference's cost
 (an ablation removes a part of V4's layer, so costs V4's or less; an addition puts one part
 into the base, so costs about the base's, a little more). The carry tests and the phase
 evaluation after training are not counted. Prints a JSON with the per-step costs and the

@@ -130,6 +130,9 @@ def register(subparsers) -> None:
     register_ablate(verbs)
     register_carry(verbs)
     register_prefetch(verbs)
+    from . import lookup  # `weakspots lm lookup` (sims/cli/lookup.py)
+
+    lookup.register(verbs)
 
 
 def add_cache_flag(parser: argparse.ArgumentParser) -> None:

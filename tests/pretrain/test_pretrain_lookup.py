@@ -225,3 +225,48 @@ def test_report_refuses_mismatched_seeds():
         lookup.report([_result([0.5] * 4, 10), _result([0.5] * 4, 12)])
     assert math.isclose(lookup.report([_result([0.5] * 4, 10)])["gap"], 0.0)
     assert lookup.dominant_period([0.5] * 4) is None
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def _run(capsys, *argv):
+    from weakspots.sims.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("padding", lookup.PADDINGS)
+def test_cli_prints_the_design(capsys, padding):
+    import json
+
+    code, out, _ = _run(capsys, "lm", "lookup", "--design-only", "--padding", padding, "--json")
+    assert code == 0
+    printed = json.loads(out)
+    rows = printed["prompts"]
+    assert len(rows) == 24 * 24 and len({r["query_position"] for r in rows}) == 1
+    again = lookup.design(padding)
+    assert [(r["target_position"], r["residue"]) for r in rows] == [
+        (p.target_position, p.residue) for p in again
+    ]
+    assert printed["statistics"]["variance_ratio"] <= 1.02
+
+
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--design-only", "--padding", "middle"], "--padding"),
+        (["--design-only", "--modulus", "1"], "--modulus"),
+        (["--design-only", "--prompts-per-residue", "0"], "--prompts-per-residue"),
+        (["--design-only", "--length", "50"], "--length"),
+        (["--design-only", "--batch", "0"], "--batch"),
+        ([], "--checkpoint"),
+        (["--checkpoint", "/no/such/dir"], "--checkpoint"),
+    ],
+)
+def test_cli_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
+    code, out, err = _run(capsys, "lm", "lookup", *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and f"error: {flag}" in err

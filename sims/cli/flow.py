@@ -11,7 +11,7 @@ import numpy as np
 from weakspots.idealized.toy.config import GAIN_PARAMETRISATIONS, LOSSES, FlowConfig
 from weakspots.sims.toy.flow import FlowFailed, FlowResult, solve
 
-from . import common, mechanisms
+from . import common, induction, mechanisms
 
 _DEFAULT = FlowConfig()
 
@@ -124,6 +124,8 @@ def flow_config(args: argparse.Namespace) -> FlowConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model == "induction":
+        return induction.run_flow(args)
     config = mechanisms.flow_config(args, flow_config)
     try:
         result = solve(config)

@@ -11,9 +11,9 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized import footprint, selection
 
-from . import common
+from . import common, induction
 
-MODELS = ("toy", "footprint", "selection")
+MODELS = ("toy", "footprint", "selection", "induction")
 MAX_LOGIT = 700.0  # exp() of the entry logits overflows float64 past ~709
 
 
@@ -38,6 +38,7 @@ def add_model_kind_flags(parser: argparse.ArgumentParser, predict: bool = True) 
         help="footprint: g_D = beta_D/s, the key token's logit under mean pooling",
     )
     group.add_argument("--topk", type=int, default=1, help="selection: entries kept, k")
+    induction.add_flags(parser, predict)
     if not predict:
         return
     group.add_argument(
@@ -103,8 +104,12 @@ def indexer_weights(args: argparse.Namespace) -> np.ndarray:
     return values / values.sum()
 
 
-KIND_DEFAULTS = {"window": 1, "carry_gain": 1.0, "decoy_gain": 0.0, "topk": 1}
-KIND_OF = {"window": "footprint", "carry_gain": "footprint", "decoy_gain": "footprint", "topk": "selection"}
+KIND_DEFAULTS = {"window": 1, "carry_gain": 1.0, "decoy_gain": 0.0, "topk": 1} | dict.fromkeys(
+    induction.OWN_FLAGS
+)
+KIND_OF = {"window": "footprint", "carry_gain": "footprint", "decoy_gain": "footprint", "topk": "selection"} | dict.fromkeys(
+    induction.OWN_FLAGS, "induction"
+)
 
 
 def _kind(args: argparse.Namespace) -> str:

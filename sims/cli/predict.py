@@ -11,7 +11,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.toy.config import TrainConfig
 
-from . import common, mechanisms
+from . import common, induction, mechanisms
 
 COVERAGE_SETTLE = 20000.0  # theory.predicted_coverage's default settling time
 NOISE_SAMPLES = 2**13  # Monte Carlo problems for SGD's gradient noise at finite d
@@ -297,6 +297,8 @@ def _heads_accuracy(weights, gain, chunks, dim):
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model == "induction":
+        return induction.run_predict(args)
     if args.model != "toy":
         out = mechanisms.predict(args)
         if args.json:

@@ -6,7 +6,7 @@ import argparse
 
 from weakspots.sims.toy.train import train_many
 
-from . import common, mechanisms
+from . import common, induction, mechanisms
 
 
 def register(subparsers) -> None:
@@ -28,6 +28,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.model == "induction":
+        return induction.run_train(args)
     base = mechanisms.train_config(args)
     seeds = common.seed_list(args)
     configs = [base.replace(seed=s) for s in seeds]

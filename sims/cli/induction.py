@@ -1,0 +1,226 @@
+"""`--model induction` on `train`, `flow` and `predict`: the paper's idealised model (docs/induction.md).
+
+The verbs' shared flags keep their names (`--stride` S, `--heads` m, `--chunks` L,
+`--init-scale` rho, `--seed`, `--lr`, `--steps`, `--batch`, `--t1`, ...); left out, they
+take the induction model's defaults (`idealized.induction`'s configs), not the toy's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+
+from weakspots import theory
+from weakspots.idealized import induction
+from weakspots.idealized.toy.config import ConfigError
+
+from . import common
+
+OWN_FLAGS = ("vocab", "gamma", "beta", "kappa", "eps", "gate")  # default None: the model's own
+GIVEN = "induction_given"  # the namespace attribute listing the shared flags given explicitly
+
+
+class _Recorded(argparse._StoreAction):
+    """A store action that also notes that its flag was given (so that a flag left out
+    takes the induction model's default, not the toy's)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {self.dest})
+
+
+def add_flags(parser: argparse.ArgumentParser, predict: bool) -> None:
+    """The induction model's own flags, and a note on the shared ones when they are given."""
+    for action in parser._actions:
+        if type(action) is argparse._StoreAction:
+            action.__class__ = _Recorded
+    group = parser.add_argument_group("induction model (--model induction; docs/induction.md)")
+    group.add_argument("--vocab", type=int, default=None, help="vocabulary N (default 4096)")
+    group.add_argument("--gamma", type=float, default=None, help="attention scale (default 6)")
+    group.add_argument("--beta", type=float, default=None, help="readout scale (default 2)")
+    group.add_argument("--kappa", type=float, default=None, help="overlap of distinct tokens (default 0)")
+    group.add_argument(
+        "--eps", type=float, default=None, help="Gram error bound (default 0; predict only: the loss bound)"
+    )
+    group.add_argument("--gate", default=None, help="static | loglinear (default static)")
+    if "--seeds" not in parser._option_string_actions:
+        group.add_argument("--seeds", type=int, default=None, metavar="K", help="K seeds from --seed, in one solve")
+    if "--contexts" not in parser._option_string_actions and not predict:
+        group.add_argument(
+            "--contexts", type=int, default=None, help="log-linear flow: contexts of its fixed sample (default 64)"
+        )
+    if predict:
+        group.add_argument(
+            "--positions",
+            default=None,
+            help="r_1,...,r_m: the one-hot assignment (key on r_h, value on r_h + 1) to evaluate",
+        )
+
+
+def _config(cls, args: argparse.Namespace):
+    given = getattr(args, GIVEN, frozenset())
+    values = {}
+    for field in dataclasses.fields(cls):
+        if not hasattr(args, field.name):
+            continue
+        value = getattr(args, field.name)
+        if field.name in OWN_FLAGS or field.name == "contexts":
+            if value is not None:
+                values[field.name] = value
+        elif field.name in given:
+            values[field.name] = value
+    try:
+        return cls(**values)
+    except ConfigError as error:
+        raise common.UsageError(str(error)) from None
+
+
+def _seeds(args, config) -> list[int]:
+    seeds = getattr(args, "seeds", None)
+    if seeds is None:
+        return [config.seed]
+    if seeds < 1:
+        raise common.UsageError(f"--seeds: must be an integer >= 1, got {seeds}")
+    return list(range(config.seed, config.seed + seeds))
+
+
+def _report(out: dict, runs: list[dict], args) -> int:
+    if args.json:
+        common.print_json(out)
+        return 0
+    for r in runs:
+        print(
+            f"seed {r['seed']}: positions {r['positions']}  one-hot {r['concentrated']}  "
+            f"distinct {r['distinct']}  uncovered {r['uncovered']}  loss {r['loss']:.6f}  "
+            f"phase accuracy {' '.join(f'{a:.3f}' for a in r['phase_accuracy'])}"
+        )
+        for h, (k, v) in enumerate(zip(r["key_weights"], r["value_weights"], strict=True)):
+            print(f"  head {h}: key {' '.join(f'{w:.3f}' for w in k)}   value {' '.join(f'{w:.3f}' for w in v)}")
+    return 0
+
+
+def _many(config, runs: list[dict]) -> dict:
+    first = {k: v for k, v in runs[0].items() if not k.endswith("_along") and k != "times"}
+    if len(runs) == 1:
+        return {"config": dataclasses.asdict(config), **runs[0]}
+    return {
+        "config": dataclasses.asdict(config),
+        **first,
+        "runs": [{k: v for k, v in r.items() if not k.endswith("_along") and k != "times"} for r in runs],
+    }
+
+
+def run_train(args: argparse.Namespace) -> int:
+    """`weakspots train --model induction`: SGD from each seed, one compiled program."""
+    from weakspots.sims.induction.train import train_runs
+
+    config = _config(induction.InductionTrainConfig, args)
+    seeds = _seeds(args, config)
+    if not args.json and not getattr(args, "quiet", False):
+        print(f"training {len(seeds)} run(s) (compiling first) ...", file=sys.stderr)
+    history = train_runs(config, seeds)
+    runs = [history.summary(i) for i in range(len(seeds))]
+    return _report(_many(config, runs), runs, args)
+
+
+def run_flow(args: argparse.Namespace) -> int:
+    """`weakspots flow --model induction`: the gradient flow from each seed's start."""
+    from weakspots.sims.induction.flow import solve
+    from weakspots.sims.toy.flow import FlowFailed
+
+    config = _config(induction.InductionFlowConfig, args)
+    seeds = _seeds(args, config)
+    if not args.json and not getattr(args, "quiet", False):
+        print(f"integrating {len(seeds)} flow(s) (compiling first) ...", file=sys.stderr)
+    try:
+        history = solve(config, seeds)
+    except FlowFailed as error:
+        print(f"weakspots flow: error: {error}", file=sys.stderr)
+        return 1
+    runs = [history.summary(i) for i in range(len(seeds))]
+    return _report(_many(config, runs), runs, args)
+
+
+def _positions(args, config) -> list[int] | None:
+    if args.positions is None:
+        return None
+    try:
+        positions = [int(p) for p in str(args.positions).split(",")]
+    except ValueError:
+        raise common.UsageError(f"--positions: must be comma-separated integers, got {args.positions!r}") from None
+    if any(not 0 <= p <= config.stride - 2 for p in positions):
+        raise common.UsageError(
+            f"--positions: each must lie in 0..{config.stride - 2} (non-final positions of --stride "
+            f"{config.stride}), got {args.positions!r}"
+        )
+    if "heads" in getattr(args, GIVEN, frozenset()) and args.heads != len(positions):
+        raise common.UsageError(f"--positions: {len(positions)} given for --heads {args.heads}")
+    return positions
+
+
+def predictions(config: induction.InductionConfig, positions=None) -> dict:
+    """`predict --model induction`'s output: with `positions`, the loss and per-phase
+    accuracy of that one-hot assignment; without, the optimum (Theorem 1), its loss, the
+    collision cost and coefficient; with both, the coverage law of m heads from a small
+    start, the growth rate and the eps bound."""
+    s, m, big_l, n = config.stride, config.heads, config.chunks, config.vocab
+    g, b = config.gamma, config.beta
+    out: dict = {"model": "induction"}
+    if positions is not None:
+        acc = theory.induction_assignment_phase_accuracy(positions, s, big_l, g, b)
+        out |= {
+            "positions": positions,
+            "loss": theory.induction_assignment_loss(positions, s, big_l, n, g, b),
+            "phase_accuracy": acc.tolist(),
+            "delta_max": theory.induction_delta_max(acc),
+        }
+        m = len(positions)
+    else:
+        best, optima = theory.induction_optimal_assignments(m, s, big_l, n, g, b)
+        out |= {"optimal_loss": best, "optimal_assignments": [list(a) for a in optima]}
+        if 2 <= m <= s - 1:
+            out |= {
+                "collision_cost": theory.induction_collision_cost(m, s, big_l, n, g, b),
+                "collision_coefficient": theory.induction_collision_coefficient(m, s, big_l, g, b),
+            }
+    out |= {
+        "coverage_distribution": theory.induction_coverage_distribution(m, s).tolist(),
+        "expected_uncovered": theory.induction_expected_uncovered(m, s),
+        "growth_rate": theory.induction_growth_rate(s, big_l, g, b),
+        "concentration_slope": theory.induction_concentration_slope(s, big_l, g, b),
+        "eps_loss_bound": theory.induction_eps_bound(m, g, b, config.eps),
+    }
+    return out
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    """`weakspots predict --model induction`."""
+    eps = 0.0 if args.eps is None else args.eps
+    if not (math.isfinite(eps) and eps >= 0):
+        raise common.UsageError(f"--eps: must be a finite number >= 0, got {args.eps}")
+    saved, args.eps = args.eps, None  # the config is the eps = 0 model; eps enters the bound
+    config = _config(induction.InductionConfig, args)
+    args.eps = saved
+    config_eps = dataclasses.replace(config, eps=0.0)
+    positions = _positions(args, config)
+    out = predictions(config_eps, positions)
+    out["eps_loss_bound"] = theory.induction_eps_bound(
+        len(positions) if positions else config.heads, config.gamma, config.beta, eps
+    )
+    if args.json:
+        common.print_json(out)
+        return 0
+    rows = []
+    for key, value in out.items():
+        if isinstance(value, list):
+            value = " ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in value)
+        elif isinstance(value, float):
+            value = f"{value:.9g}"
+        rows.append([key, str(value)])
+    print(
+        f"induction: S={config.stride} m={config.heads} L={config.chunks} N={config.vocab} "
+        f"gamma={config.gamma:g} beta={config.beta:g}\n" + common.table(["prediction", "value"], rows)
+    )
+    return 0

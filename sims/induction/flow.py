@@ -1,0 +1,183 @@
+"""The gradient flow of the induction model (diffrax Tsit5 + PID, float64), many seeds in one
+compiled, vmapped solve.
+
+Static gates follow the exact population loss (`idealized.induction.population_loss`);
+log-linear gates the mean loss of a fixed sample of `contexts` contexts, exact over every
+query of each. Saved along the flow: the gates (averaged over held-out windows for
+log-linear gates), the paper's effective numbers of offsets of every gate, and the loss.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from weakspots.idealized import induction
+from weakspots.idealized.induction import InductionFlowConfig
+from weakspots.idealized.precision import float64_module
+from weakspots.idealized.xla import jit
+from weakspots.sims.induction.summary import end_state
+from weakspots.sims.toy.flow import FlowFailed, gradient_flow_term
+
+EVAL_SEED = 12345  # held-out contexts for log-linear gates' measures, shared by every run
+SAMPLE_SEED = 54321  # the fixed sample the log-linear flow follows
+
+
+def save_times(t1: float, saves: int) -> np.ndarray:
+    """0, then saves - 1 log-spaced times from t1/1000 to t1."""
+    return np.concatenate([[0.0], np.geomspace(t1 / 1000.0, t1, saves - 1)])
+
+
+def eval_contexts(config, count: int):
+    """The held-out contexts (static gates: one, they do not read tokens)."""
+    if config.gate == "static":
+        return jnp.zeros((1, config.chunks, config.stride), jnp.int32)
+    return induction.sample_contexts(jax.random.key(EVAL_SEED), config, count)
+
+
+def objective(config):
+    """The loss the flow descends, `loss(gates, (scales, contexts))`."""
+    if config.gate == "static":
+        return lambda g, a: induction.population_loss(g, config.chunks, a[0])
+    return lambda g, a: jnp.mean(
+        jax.vmap(lambda t: induction.context_losses(g, t, a[0]))(a[1])
+    )
+
+
+def measures(gates, sc, held_out):
+    """(gates (H, 2, S), offsets (H, 2, 2): static and per-window, loss) on `held_out`."""
+    weights = induction.mean_gates(gates, held_out, sc.kappa)
+    offsets = induction.gate_offsets(gates, held_out, sc.kappa)
+    loss = jnp.mean(jax.vmap(lambda t: induction.context_losses(gates, t, sc))(held_out))
+    return weights, offsets, loss
+
+
+@functools.lru_cache(maxsize=16)
+def _solver(config: InductionFlowConfig):
+    loss_fn = objective(config)
+
+    def one(y0, sc, ts, sample, held_out):
+        saveat = diffrax.SaveAt(
+            subs=[
+                diffrax.SubSaveAt(ts=ts, fn=lambda t, y, a: measures(y, a[0], held_out)),
+                diffrax.SubSaveAt(t1=True),
+            ]
+        )
+        sol = diffrax.diffeqsolve(
+            gradient_flow_term(loss_fn),
+            diffrax.Tsit5(),
+            t0=ts[0],
+            t1=ts[-1],
+            dt0=None,
+            y0=y0,
+            args=(sc, sample),
+            saveat=saveat,
+            stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
+            max_steps=config.max_steps,
+            throw=False,
+        )
+        (weights, offsets, loss), final = sol.ys
+        last = jax.tree_util.tree_map(lambda x: x[0], final)
+        accuracy = jnp.mean(
+            jax.vmap(lambda t: induction.context_correct(last, t, sc))(held_out), axis=(0, 1)
+        )
+        return weights, offsets, loss, accuracy, sol.result._value
+
+    return jit(jax.vmap(one, in_axes=(0, None, None, None, None)))
+
+
+@dataclass(frozen=True)
+class FlowHistory:
+    """Flows of one config from several seeds: times (T,), weights (R, T, H, 2, S) (key,
+    value), offsets (R, T, H, 2, 2) (static, per-window), loss (R, T), phase_accuracy
+    (R, S-1) at t1, seeds, wall_seconds."""
+
+    config: InductionFlowConfig
+    seeds: tuple[int, ...]
+    times: np.ndarray
+    weights: np.ndarray
+    offsets: np.ndarray
+    loss: np.ndarray
+    phase_accuracy: np.ndarray
+    wall_seconds: float
+
+    def summary(self, run: int = 0) -> dict:
+        """One run as plain data: key_weights, value_weights (H, S) at t1, positions, the
+        end state (`summary.end_state`), loss, phase_accuracy, delta_max, and along the flow
+        times, loss, key and value weights and effective offsets."""
+        w = self.weights[run]
+        acc = self.phase_accuracy[run]
+        return {
+            "model": "induction",
+            "gate": self.config.gate,
+            "seed": self.seeds[run],
+            "key_weights": w[-1, :, 0].tolist(),
+            "value_weights": w[-1, :, 1].tolist(),
+            **end_state(w[-1, :, 0], w[-1, :, 1]),
+            "loss": float(self.loss[run, -1]),
+            "phase_accuracy": acc.tolist(),
+            "delta_max": float(acc.max() - acc.min()),
+            "times": self.times.tolist(),
+            "loss_along": self.loss[run].tolist(),
+            "key_weights_along": w[:, :, 0].tolist(),
+            "value_weights_along": w[:, :, 1].tolist(),
+            "offsets_along": self.offsets[run].tolist(),
+            "wall_seconds": self.wall_seconds,
+        }
+
+
+def starts(config, seeds: Sequence[int]):
+    """The starts of `seeds` stacked on a leading axis (the trainer's, seed for seed)."""
+    return jax.vmap(lambda k: induction.init_gates(k, config))(
+        jnp.stack([jax.random.key(int(s)) for s in seeds])
+    )
+
+
+def solve(config: InductionFlowConfig, seeds: Sequence[int] | None = None) -> FlowHistory:
+    """Integrate the flow of `config` from each seed's start (default: config.seed), all in
+    one vmapped solve (one compile per config shape). Raises FlowFailed if any run fails."""
+    seeds = (config.seed,) if seeds is None else tuple(int(s) for s in seeds)
+    start_time = time.perf_counter()
+    shape = config.replace(seed=0, init_scale=0.0, gamma=1.0, beta=1.0, kappa=0.0, t1=1.0)
+    if config.gate == "static":
+        shape = shape.replace(vocab=config.stride * config.chunks)
+    sc = induction.scales(config)
+    y0 = starts(config, seeds)
+    ts = jnp.asarray(save_times(config.t1, config.saves))
+    sample = (
+        induction.sample_contexts(jax.random.key(SAMPLE_SEED), config, config.contexts)
+        if config.gate == "loglinear"
+        else jnp.zeros((1, config.chunks, config.stride), jnp.int32)
+    )
+    held_out = eval_contexts(config, 64)
+    weights, offsets, loss, accuracy, result = _solver(shape)(y0, sc, ts, sample, held_out)
+    result = np.asarray(result)
+    bad = np.flatnonzero(result != int(diffrax.RESULTS.successful._value))
+    if bad.size:
+        raise FlowFailed(
+            f"induction flow of seed {seeds[bad[0]]} failed (diffrax result code "
+            f"{int(result[bad[0]])}, e.g. max_steps reached): raise --max-steps or lower --t1"
+        )
+    loss = np.asarray(loss)
+    if not np.all(np.isfinite(loss)):
+        raise FlowFailed("induction flow left a non-finite loss")
+    return FlowHistory(
+        config,
+        seeds,
+        np.asarray(ts),
+        np.asarray(weights),
+        np.asarray(offsets),
+        loss,
+        np.asarray(accuracy),
+        time.perf_counter() - start_time,
+    )
+
+
+float64_module(__name__)

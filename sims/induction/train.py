@@ -1,0 +1,139 @@
+"""SGD on the induction model, many seeds at once: one jitted step, the loop in `lax.scan`,
+runs vmapped (learning rate and init scale travel as arrays).
+
+A step draws `batch` problems (a query (l*, r*) each, and for log-linear gates its
+context) and takes one SGD step on their mean loss (`idealized.induction.batch_loss`),
+whose expectation is the loss the flow descends. Every `eval_every` steps it records the
+gates, the paper's effective numbers of offsets and the held-out loss (`flow.measures`).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from weakspots.idealized import induction
+from weakspots.idealized.induction import InductionTrainConfig
+from weakspots.idealized.precision import float64_module
+from weakspots.idealized.xla import jit
+from weakspots.sims.induction.flow import eval_contexts, measures, starts
+from weakspots.sims.induction.summary import end_state
+
+
+def _problems(key, config, batch):
+    k1, k2 = jax.random.split(key)
+    chunk, position = induction.sample_queries(k1, config, batch)
+    if config.gate == "static":  # static gates read no tokens: any context serves
+        contexts = jnp.zeros((batch, config.chunks, config.stride), jnp.int32)
+    else:
+        contexts = induction.sample_contexts(k2, config, batch)
+    return contexts, chunk, position
+
+
+@functools.lru_cache(maxsize=16)
+def _trainer(config: InductionTrainConfig):
+    records = config.steps // config.eval_every
+
+    def one(gates, seed, lr, sc, held_out):
+        key = jax.random.fold_in(jax.random.key(seed), 1)
+
+        def step(g, k):
+            contexts, chunk, position = _problems(k, config, config.batch)
+            grad = jax.grad(induction.batch_loss)(g, contexts, chunk, position, sc)
+            return jax.tree_util.tree_map(lambda p, d: p - lr * d, g, grad), None
+
+        def block(g, k):
+            g, _ = jax.lax.scan(step, g, jax.random.split(k, config.eval_every))
+            return g, measures(g, sc, held_out)
+
+        first = measures(gates, sc, held_out)
+        gates, recorded = jax.lax.scan(block, gates, jax.random.split(key, records))
+        recorded = jax.tree_util.tree_map(
+            lambda a, b: jnp.concatenate([a[None], b]), first, recorded
+        )
+        accuracy = jnp.mean(
+            jax.vmap(lambda t: induction.context_correct(gates, t, sc))(held_out), axis=(0, 1)
+        )
+        return (*recorded, accuracy)
+
+    return jit(jax.vmap(one, in_axes=(0, 0, None, None, None)))
+
+
+@dataclass(frozen=True)
+class TrainHistory:
+    """SGD runs of one config from several seeds: steps (T,), weights (R, T, H, 2, S),
+    offsets (R, T, H, 2, 2), loss (R, T) (held out), phase_accuracy (R, S-1) at the end."""
+
+    config: InductionTrainConfig
+    seeds: tuple[int, ...]
+    steps: np.ndarray
+    weights: np.ndarray
+    offsets: np.ndarray
+    loss: np.ndarray
+    phase_accuracy: np.ndarray
+    wall_seconds: float
+
+    @property
+    def times(self) -> np.ndarray:
+        """Flow time lr x steps."""
+        return self.config.lr * self.steps
+
+    def summary(self, run: int = 0) -> dict:
+        """One run as plain data, as `FlowHistory.summary` (times are lr x steps)."""
+        w = self.weights[run]
+        acc = self.phase_accuracy[run]
+        return {
+            "model": "induction",
+            "gate": self.config.gate,
+            "seed": self.seeds[run],
+            "key_weights": w[-1, :, 0].tolist(),
+            "value_weights": w[-1, :, 1].tolist(),
+            **end_state(w[-1, :, 0], w[-1, :, 1]),
+            "loss": float(self.loss[run, -1]),
+            "phase_accuracy": acc.tolist(),
+            "delta_max": float(acc.max() - acc.min()),
+            "times": self.times.tolist(),
+            "loss_along": self.loss[run].tolist(),
+            "key_weights_along": w[:, :, 0].tolist(),
+            "value_weights_along": w[:, :, 1].tolist(),
+            "offsets_along": self.offsets[run].tolist(),
+            "wall_seconds": self.wall_seconds,
+        }
+
+
+def train_runs(config: InductionTrainConfig, seeds: Sequence[int] | None = None) -> TrainHistory:
+    """Train `config` from each seed's start (default: config.seed), vmapped in one compiled
+    program per config shape; float64 throughout (the gates are tiny)."""
+    seeds = (config.seed,) if seeds is None else tuple(int(s) for s in seeds)
+    started = time.perf_counter()
+    shape = config.replace(seed=0, init_scale=0.0, lr=1.0, gamma=1.0, beta=1.0, kappa=0.0)
+    if config.gate == "static":
+        shape = shape.replace(vocab=config.stride * config.chunks)
+    held_out = eval_contexts(config, config.eval_contexts)
+    weights, offsets, loss, accuracy = _trainer(shape)(
+        starts(config, seeds),
+        jnp.asarray(seeds, jnp.uint32),
+        jnp.asarray(config.lr),
+        induction.scales(config),
+        held_out,
+    )
+    records = config.steps // config.eval_every
+    return TrainHistory(
+        config,
+        seeds,
+        np.arange(records + 1) * config.eval_every,
+        np.asarray(weights),
+        np.asarray(offsets),
+        np.asarray(loss),
+        np.asarray(accuracy),
+        time.perf_counter() - started,
+    )
+
+
+float64_module(__name__)

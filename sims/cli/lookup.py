@@ -50,8 +50,9 @@ def register(verbs) -> None:
     parser.add_argument(
         "--prompts-per-residue",
         type=int,
-        default=24,
-        help="prompts in each residue group (a multiple of --modulus: exact means)",
+        default=480,
+        help="prompts in each residue group (a multiple of --modulus: exact means; the "
+        "full-attention control's gap from sampling alone shrinks as 1/sqrt of it)",
     )
     parser.add_argument("--seed", type=int, default=0, help="the prompts' records and padding")
     parser.add_argument(
@@ -116,13 +117,14 @@ def checkpoint_dirs(paths: list[str]) -> list[Path]:
 def evaluate_checkpoints(dirs: list[Path], prompts, batch: int, progress=None) -> list[dict]:
     """`lookup.evaluate` of every checkpoint on the same prompts, with its config."""
     from weakspots.idealized.pretrain.tokenizer import Tokenizer
-    from weakspots.sims.pretrain import checkpoint, lookup, train
+    from weakspots.sims.pretrain import lookup
 
     vocab = Tokenizer.default().vocab_size
+    length = int(prompts[0].tokens.size)
     results = []
     for directory in dirs:
         try:
-            config, params = checkpoint.load(directory)
+            config, logits_fn = lookup.checkpoint_scorer(directory)
         except (FileNotFoundError, ValueError) as error:
             raise common.UsageError(f"--checkpoint: {error}") from None
         if config.vocab != vocab:
@@ -130,7 +132,10 @@ def evaluate_checkpoints(dirs: list[Path], prompts, batch: int, progress=None) -
                 f"--checkpoint: {directory} has a vocabulary of {config.vocab} tokens, the "
                 f"corpus's tokenizer {vocab}"
             )
-        result = lookup.evaluate(train.logits_fn(config, params), prompts, batch=batch)
+        if config.seq_len < length:
+            print(f"lm lookup: {directory} was trained on {config.seq_len}-token sequences, the "
+                  f"prompts have {length}", file=sys.stderr)  # fmt: skip
+        result = lookup.evaluate(logits_fn, prompts, batch=batch)
         result["checkpoint"] = str(directory)
         result["config"] = dataclasses.asdict(config)
         results.append(result)

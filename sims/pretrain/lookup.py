@@ -21,6 +21,7 @@ that every group has the same mean (exactly, when `prompts_per_residue` is a mul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -86,6 +87,7 @@ def _integers_with_moments(n: int, total: int, squares: int) -> np.ndarray:
         k[j] -= 1
 
 
+@functools.lru_cache(maxsize=16)
 def target_offsets(modulus: int, per_residue: int, spread: float) -> dict[int, np.ndarray]:
     """Per centred offset `a`, the target positions' deviations `a + modulus * k` from the
     common centre: each group's mean as near 0 as its lattice allows, and the common
@@ -207,14 +209,16 @@ def _prompt(streams, padding, target_position, geometry, keys, values, filler, d
     else:
         gaps[: target + 1] = _composition(gap_rng, before, target + 1)
         gaps[target + 1 :] = _composition(gap_rng, after, RECORDS - target)
-    pieces = [[doc]]
-    for j in range(RECORDS):
-        pieces += [[filler] * int(gaps[j]), [record_keys[j], record_values[j]]]
-    pieces.append([filler] * int(gaps[RECORDS]))
-    pieces += [[record_keys[j], record_values[j]] for j in shown]
-    pieces.append([record_keys[target]])
-    tokens = np.concatenate([np.asarray(p, dtype=np.int32) for p in pieces])
-    assert tokens[target_position] == record_keys[target] and tokens.size == geometry.length
+    tokens = np.full(geometry.length, filler, dtype=np.int32)
+    tokens[0] = doc
+    starts = 1 + np.cumsum(gaps[:RECORDS]) + 2 * np.arange(RECORDS)
+    tokens[starts], tokens[starts + 1] = record_keys, record_values
+    shown_at = geometry.query_position - 2 * DEMONSTRATIONS + 2 * np.arange(DEMONSTRATIONS)
+    tokens[shown_at], tokens[shown_at + 1] = record_keys[shown], record_values[shown]
+    tokens[geometry.query_position] = record_keys[target]
+    assert (
+        tokens[target_position] == record_keys[target] and starts[-1] + 2 + gaps[-1] == shown_at[0]
+    )
     return Prompt(
         tokens,
         target_position,
@@ -258,15 +262,17 @@ def design_statistics(prompts: list[Prompt], modulus: int) -> dict:
 def evaluate(logits_fn, prompts: list[Prompt], *, batch: int = 64) -> dict:
     """Top-1 over the full vocabulary at each prompt's last position, against its answer.
 
-    `logits_fn(tokens (B, T) int32) -> logits (B, T, V)`. Returns `correct` (one bool per
-    prompt, in order), `residue`, and `residue_accuracy` / `residue_counts` per residue.
+    `logits_fn(tokens (B, T) int32) -> logits (B, T, V)`, or `(B, V)`: the last position's
+    alone. Returns `correct` (one bool per prompt, in order), `residue`, and
+    `residue_accuracy` / `residue_counts` per residue.
     """
     correct = []
     for start in range(0, len(prompts), batch):
         chunk = prompts[start : start + batch]
         tokens = np.stack([p.tokens for p in chunk]).astype(np.int32)
-        logits = np.asarray(logits_fn(tokens))
-        correct.extend(np.argmax(logits[:, -1], axis=-1) == [p.answer for p in chunk])
+        logits = logits_fn(tokens)
+        last = np.asarray(logits if logits.ndim == 2 else logits[:, -1])
+        correct.extend(np.argmax(last, axis=-1) == [p.answer for p in chunk])
     residue = np.array([p.residue for p in prompts])
     modulus = int(residue.max()) + 1
     correct = np.asarray(correct, dtype=bool)
@@ -279,6 +285,25 @@ def evaluate(logits_fn, prompts: list[Prompt], *, batch: int = 64) -> dict:
         "residue_accuracy": (hits / np.maximum(counts, 1)).tolist(),
         "accuracy": float(correct.mean()),
     }
+
+
+def checkpoint_scorer(directory):
+    """`(config, logits_fn)` of one seed's pretrained checkpoint (`sims.pretrain.checkpoint`);
+    the function returns the last position's logits `(B, V)` alone, sliced on the device."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from weakspots.sims.pretrain import checkpoint, train
+
+    config, params = checkpoint.load(directory)
+    graph, state = nnx.split(train.merge(config, params))
+
+    @jax.jit
+    def last_logits(state, tokens):
+        return nnx.merge(graph, state)(tokens)[:, -1]
+
+    return config, lambda tokens: np.asarray(last_logits(state, jnp.asarray(tokens, jnp.int32)))
 
 
 def dominant_period(accuracy) -> float | None:

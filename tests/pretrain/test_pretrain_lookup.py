@@ -242,7 +242,10 @@ def _run(capsys, *argv):
 def test_cli_prints_the_design(capsys, padding):
     import json
 
-    code, out, _ = _run(capsys, "lm", "lookup", "--design-only", "--padding", padding, "--json")
+    code, out, _ = _run(
+        capsys, "lm", "lookup", "--design-only", "--padding", padding, "--json",
+        "--prompts-per-residue", "24",
+    )  # fmt: skip
     assert code == 0
     printed = json.loads(out)
     rows = printed["prompts"]

@@ -78,11 +78,14 @@ def _integers_with_moments(n: int, total: int, squares: int) -> np.ndarray:
         k[np.argmin(np.abs(squares - (np.sum(k**2) + 2 * step * k + 1)))] += step
     while True:  # k_i += 1, k_j -= 1 keeps the sum and adds 2 (k_i - k_j + 1) to the squares
         need = squares - int(np.sum(k**2))
-        change = 2 * (k[:, None] - k[None, :] + 1)
-        np.fill_diagonal(change, 0)
-        i, j = np.unravel_index(np.argmin(np.abs(need - change)), change.shape)
-        if abs(need - change[i, j]) >= abs(need):
+        values, counts = np.unique(k, return_counts=True)
+        change = 2 * (values[:, None] - values[None, :] + 1)
+        change[np.diag(counts < 2)] = 0  # a value moved both ways needs two elements
+        a, b = np.unravel_index(np.argmin(np.abs(need - change)), change.shape)
+        if abs(need - change[a, b]) >= abs(need):
             return np.sort(k)
+        i = np.flatnonzero(k == values[a])[0]
+        j = np.flatnonzero(k == values[b])[-1]
         k[i] += 1
         k[j] -= 1
 

@@ -16,7 +16,7 @@ from weakspots.idealized.decoder.config import (
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 
-from . import common
+from . import common, pretrain
 
 _DEFAULT = LMConfig()
 
@@ -130,6 +130,7 @@ def register(subparsers) -> None:
     register_ablate(verbs)
     register_carry(verbs)
     register_prefetch(verbs)
+    pretrain.register(verbs)
     from . import lookup  # `weakspots lm lookup` (sims/cli/lookup.py)
 
     lookup.register(verbs)

@@ -1,0 +1,1 @@
+"""Pretraining runs: the trainer, checkpoints, the sweep of designs."""

@@ -1,6 +1,7 @@
 """Who answers a probe: an OpenAI-compatible server, a local Hugging Face model, or a decoder
-trained by this project. Each backend checks itself before any trial (`check`) and answers
-one prompt of token ids greedily (`complete`).
+trained by this project. Each backend checks itself before any trial (`check`), says what
+the model reads around the prompt's text (`framing`: a BOS token, a chat template), and
+answers prompts of token ids greedily (`complete`, `complete_many` for a batch).
 
 Errors: `Refused` (a `UsageError`: bad setup found before any trial: one line, exit 2),
 `TransientError` (worth retrying: HTTP 429 and 5xx, timeouts, dropped connections),
@@ -10,11 +11,14 @@ Errors: `Refused` (a `UsageError`: bad setup found before any trial: one line, e
 from __future__ import annotations
 
 import abc
+import functools
 import http.client
+import inspect
 import json
 import math
 import os
 import pathlib
+import re
 import threading
 import urllib.error
 import urllib.request
@@ -22,7 +26,15 @@ from dataclasses import dataclass
 
 from weakspots.sims.cli.common import UsageError
 
-from .tokenizers import ByteTokenizer, HFTokenizer, ServerTokenizer, Tokenizer, load_tokenizer
+from .tokenizers import (
+    DIALECTS,
+    ByteTokenizer,
+    HFTokenizer,
+    ServerTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    tokenize_on_server,
+)
 
 API_KEY_ENV = ("WEAKSPOTS_API_KEY", "OPENAI_API_KEY")
 CHECK_TEXT = "The pass key is 12345. What is the pass key?"
@@ -70,8 +82,21 @@ class Backend(abc.ABC):
         the model's own ids, as the recall task builds them)."""
 
     @abc.abstractmethod
-    def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:
-        """The greedy continuation of `prompt` (token ids), at most `max_tokens` tokens."""
+    def complete(self, prompt: tuple[int, ...], max_tokens: int, text: str | None = None) -> Completion:
+        """The greedy continuation of `prompt` (token ids, the lead included; `text`: the
+        prompt's text without its lead, for servers that take text), at most `max_tokens`."""
+
+    batch_size = 1  # prompts `complete_many` answers at once
+
+    def complete_many(self, prompts, max_tokens, texts=None) -> list[Completion]:
+        """`complete` for each prompt (a backend that batches does better)."""
+        texts = texts or [None] * len(prompts)
+        return [self.complete(p, m, t) for p, m, t in zip(prompts, max_tokens, texts, strict=True)]
+
+    def framing(self, tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Ids the model reads before the prompt's text and after it (none by default)."""
+        del tokenizer
+        return (), ()
 
     @property
     def identity(self) -> dict:
@@ -93,23 +118,31 @@ def api_key() -> str | None:
 
 
 class OpenAIBackend(Backend):
-    """An OpenAI-compatible server: `POST {url}/completions` with the prompt as token ids.
+    """An OpenAI-compatible server: `POST {url}/completions`, greedy (`temperature 0`), one
+    log-probability per token (`logprobs 1`).
 
-    `url` is the API base (`http://host:8000/v1`). Requests are greedy (`temperature 0`)
-    and ask for one log-probability per token (`logprobs 1`); `ids=True` also asks for the
-    tokens as ids (vLLM's `return_tokens_as_token_ids`), for tasks scored on ids.
+    `url` is the API base (`http://host:8000/v1`). The prompt goes as token ids
+    (`prompt="ids"`: vLLM, SGLang, llama.cpp's `llama-server`) or as text (`"text"`:
+    llama-cpp-python's server, which takes no ids): each text is first tokenized by the
+    server and must give the trial's ids exactly, or the trial is refused, not scored.
+    `"auto"`: text where the server's tokenizer speaks llama-cpp-python's dialect, ids
+    elsewhere. `ids=True` also asks for the tokens as ids (vLLM's
+    `return_tokens_as_token_ids`), for tasks scored on ids.
     """
 
     name = "openai"
 
-    def __init__(self, url: str, model: str, timeout: float, *, ids: bool = False):
+    def __init__(self, url: str, model: str, timeout: float, *, ids: bool = False, prompt: str = "auto"):
+        if not str(url).startswith(("http://", "https://")):
+            raise Refused(f"--url: an http:// or https:// API base, got {url!r}")
         self.url = url.rstrip("/")
         self.model_id = model
         self.timeout = timeout
         self.ids = ids
+        self.prompt = prompt
         key = api_key()
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._tokenize_endpoint: str | None = None
+        self._server: ServerTokenizer | None = None
         self._probed = False
 
     def _request(self, path_or_url: str, body: dict | None, timeout: float):
@@ -124,34 +157,69 @@ class OpenAIBackend(Backend):
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return json.loads(response.read())
 
-    def tokenize_endpoint(self) -> str | None:
-        """The server's `/tokenize` (beside the API base, or at the server's root), if any."""
+    def server_tokenizer(self) -> ServerTokenizer | None:
+        """The server's tokenize endpoint in the first dialect that answers a non-empty text
+        with tokens (an empty list is no endpoint): vLLM's and SGLang's `/tokenize`
+        (`prompt`), llama-server's `/tokenize` (`content`), llama-cpp-python's
+        `/extras/tokenize` (`input`); beside the API base or at the server's root."""
         if not self._probed:
             self._probed = True
-            root = self.url[: -len("/v1")] if self.url.endswith("/v1") else None
-            for candidate in [self.url + "/tokenize"] + ([root + "/tokenize"] if root else []):
-                body = {"model": self.model_id, "prompt": "a", "add_special_tokens": False}
-                try:
-                    self._request(candidate, body, CHECK_TIMEOUT)
-                except (urllib.error.HTTPError, ValueError, KeyError):
-                    continue
-                except (urllib.error.URLError, OSError):
-                    break
-                self._tokenize_endpoint = candidate
-                break
-        return self._tokenize_endpoint
+            root = self.url[: -len("/v1")] if self.url.endswith("/v1") else self.url
+            paths = dict.fromkeys(
+                [self.url + "/tokenize", root + "/tokenize", root + "/extras/tokenize"]
+            )
+            for endpoint in paths:
+                for dialect in DIALECTS:
+                    try:
+                        ids = tokenize_on_server(
+                            endpoint, self.model_id, "a", self.headers, CHECK_TIMEOUT, dialect
+                        )
+                    except (urllib.error.HTTPError, ValueError, KeyError, TypeError):
+                        continue
+                    except (urllib.error.URLError, OSError):
+                        return None
+                    if not ids:
+                        continue
+                    tokenizer = ServerTokenizer(endpoint, self.model_id, self.headers, self.timeout, dialect)
+                    try:  # what the server puts before every text (a BOS token, or nothing)
+                        tokenizer.lead = tuple(tokenizer.tokenize(""))
+                    except (urllib.error.URLError, OSError, ValueError, KeyError, TypeError):
+                        pass
+                    self._server = tokenizer
+                    return tokenizer
+        return self._server
+
+    def tokenize_endpoint(self) -> str | None:
+        """The URL of the server's tokenize endpoint, if any."""
+        server = self.server_tokenizer()
+        return None if server is None else server.endpoint
+
+    @property
+    def text_prompts(self) -> bool:
+        """Whether prompts go as text (resolved once the server's tokenizer is known)."""
+        if self.prompt == "auto":
+            server = self.server_tokenizer()
+            return server is not None and server.dialect == "input"
+        return self.prompt == "text"
 
     def tokenizer(self, spec: str) -> Tokenizer:
         if spec in ("auto", "server"):
             self._reachable()
-            endpoint = self.tokenize_endpoint()
-            if endpoint is None:
+            server = self.server_tokenizer()
+            if server is None:
                 raise Refused(
-                    f"--tokenizer: the server at {self.url} has no /tokenize endpoint; "
-                    "pass --tokenizer byte or the model's tokenizer directory"
+                    f"--tokenizer: the server at {self.url} has no tokenize endpoint that "
+                    "answers; pass --tokenizer byte or the model's tokenizer directory"
                 )
-            return ServerTokenizer(endpoint, self.model_id, self.headers, self.timeout)
+            return server
         return load_tokenizer(spec)
+
+    def framing(self, tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """In text mode, the ids the server's tokenizer puts before every text."""
+        del tokenizer
+        if self.text_prompts and self._server is not None:
+            return self._server.lead, ()
+        return (), ()
 
     def _reachable(self) -> None:
         try:
@@ -173,18 +241,21 @@ class OpenAIBackend(Backend):
                 f"not {self.model_id!r}"
             )
 
-    def check(self, tokenizer: Tokenizer) -> None:
+    def check(self, tokenizer: Tokenizer | None) -> None:
         self._reachable()
-        if tokenizer is None or isinstance(tokenizer, ServerTokenizer):
-            return
-        endpoint = self.tokenize_endpoint()
-        if endpoint is None:
+        server = self.server_tokenizer()
+        if self.text_prompts and server is None:
+            raise Refused(
+                f"--prompt: text prompts are checked through the server's tokenizer, and the "
+                f"server at {self.url} has no tokenize endpoint"
+            )
+        if self.text_prompts and tokenizer is None:
+            raise Refused("--prompt: the recall task is built in ids; pass --prompt ids")
+        if tokenizer is None or isinstance(tokenizer, ServerTokenizer) or server is None:
             return  # nothing to compare against: the user's tokenizer is taken as given
         ours = tokenizer.encode(CHECK_TEXT)
         try:
-            theirs = ServerTokenizer(endpoint, self.model_id, self.headers, CHECK_TIMEOUT).encode(
-                CHECK_TEXT
-            )
+            theirs = server.encode(CHECK_TEXT)
         except (urllib.error.URLError, OSError, ValueError, KeyError):
             return
         if ours != theirs:
@@ -193,21 +264,13 @@ class OpenAIBackend(Backend):
                 f"{CHECK_TEXT[:15]!r}... is {_head(ours)} here but {_head(theirs)} on the server"
             )
 
-    def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:
-        body = {
-            "model": self.model_id,
-            "prompt": list(prompt),
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "logprobs": 1,
-        }
-        if self.ids:
-            body["return_tokens_as_token_ids"] = True
+    def _post(self, path: str, body: dict, timeout: float):
+        """A request whose failures are sorted: retried (`TransientError`) or not."""
         try:
-            reply = self._request("/completions", body, self.timeout)
+            return self._request(path, body, timeout)
         except urllib.error.HTTPError as error:
             detail = _excerpt(error)
-            if error.code == 429 or error.code == 408 or error.code >= 500:
+            if error.code in (429, 408) or (error.code >= 500 and not _invalid(detail)):
                 raise TransientError(
                     f"HTTP {error.code}: {detail}", _retry_after(error.headers)
                 ) from None
@@ -221,21 +284,70 @@ class OpenAIBackend(Backend):
             raise TransientError(f"{type(error).__name__}: {getattr(error, 'reason', error)}") from None
         except ValueError as error:  # a truncated or garbled body
             raise TransientError(f"unreadable reply: {error}") from None
+
+    def complete(self, prompt: tuple[int, ...], max_tokens: int, text: str | None = None) -> Completion:
+        body = {"model": self.model_id, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
+        if self.text_prompts:
+            server = self._server
+            if text is None or server is None:
+                raise RequestError("a text prompt needs the trial's text and the server's tokenizer")
+            try:
+                theirs = tuple(server.tokenize(text))
+            except urllib.error.HTTPError as error:
+                raise TransientError(f"tokenize: HTTP {error.code}: {_excerpt(error)}") from None
+            except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
+                raise TransientError(f"tokenize: {type(error).__name__}: {error}") from None
+            if theirs != tuple(prompt):
+                at = next((i for i, (a, b) in enumerate(zip(theirs, prompt, strict=False)) if a != b), None)
+                at = min(len(theirs), len(prompt)) if at is None else at
+                raise RequestError(
+                    f"round trip: the server tokenizes the text to {len(theirs)} ids, not the "
+                    f"prompt's {len(prompt)} (first difference at {at})"
+                )
+            body["prompt"] = text
+        else:
+            body["prompt"] = list(prompt)
+        if self.ids:
+            body["return_tokens_as_token_ids"] = True
+        reply = self._post("/completions", body, self.timeout)
         try:
             choice = reply["choices"][0]
-            text = choice.get("text") or ""
+            completion = choice.get("text") or ""
         except (KeyError, IndexError, TypeError):
             raise RequestError(f"no completion in the reply: {str(reply)[:200]}") from None
-        logprobs = choice.get("logprobs") or {}
-        token_logprobs = logprobs.get("token_logprobs")
-        tokens = logprobs.get("tokens")
-        ids = None
-        if tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
-            ids = tuple(int(t.split(":", 1)[1]) for t in tokens)
-        values = None
-        if token_logprobs and all(isinstance(v, int | float) for v in token_logprobs):
-            values = tuple(float(v) for v in token_logprobs)
-        return Completion(text, ids, values)
+        ids, values = _logprobs(choice.get("logprobs"))
+        return Completion(completion, ids, values)
+
+
+def _logprobs(logprobs) -> tuple[tuple[int, ...] | None, tuple[float, ...] | None]:
+    """Token ids (where the reply has them) and log-probabilities, in either format: the
+    completions API's `tokens` / `token_logprobs`, or `content[].logprob` (with `id`), as
+    llama.cpp's server and the chat API give them."""
+    if not isinstance(logprobs, dict):
+        return None, None
+    ids, values = None, None
+    content = logprobs.get("content")
+    if isinstance(content, list) and content and all(isinstance(c, dict) for c in content):
+        if all(isinstance(c.get("logprob"), int | float) for c in content):
+            values = tuple(float(c["logprob"]) for c in content)
+        if all(isinstance(c.get("id"), int) for c in content):
+            ids = tuple(int(c["id"]) for c in content)
+        return ids, values
+    tokens, token_logprobs = logprobs.get("tokens"), logprobs.get("token_logprobs")
+    if tokens and all(isinstance(t, str) and t.startswith("token_id:") for t in tokens):
+        ids = tuple(int(t.split(":", 1)[1]) for t in tokens)
+    if token_logprobs and all(isinstance(v, int | float) for v in token_logprobs):
+        values = tuple(float(v) for v in token_logprobs)
+    return ids, values
+
+
+_INVALID = re.compile(r"valid|should be|unprocessable|not supported|unsupported|schema", re.I)
+
+
+def _invalid(detail: str) -> bool:
+    """Whether an HTTP 5xx body says the request itself is malformed (a validation error,
+    as llama-cpp-python's server answers token ids with): retrying cannot help."""
+    return bool(_INVALID.search(detail))
 
 
 def _head(ids: list[int], n: int = 6) -> str:
@@ -262,13 +374,35 @@ def _retry_after(headers) -> float | None:
 
 
 class HFBackend(Backend):
-    """A local Hugging Face causal LM directory (`transformers`, `torch`), greedy `generate`."""
+    """A local Hugging Face causal LM directory (`transformers`, `torch`), greedy decoding.
+
+    `dtype` (`auto`: float32 on a CPU, the checkpoint's own elsewhere), `device` (`auto`:
+    CUDA where there is one). `batch`: prompts decoded together (`complete_many`); their
+    longest common prefix is run once and its cache shared, the rest left-padded with the
+    pads masked and every token given its own position id, so no token moves. `bos`
+    (`auto`: as the tokenizer does) and `chat`/`system` (the tokenizer's chat template
+    around the prompt) are what `framing` adds around the text. `model_kwargs` go to
+    `from_pretrained` as they are (for instance `attn_implementation`, an attention
+    function registered with transformers).
+    """
 
     name = "hf"
+    SHARED_MIN = 16  # a common prefix shorter than this is not worth a cache of its own
 
-    def __init__(self, path: str):
+    def __init__(
+        self,
+        path: str,
+        *,
+        dtype: str = "auto",
+        device: str = "auto",
+        batch: int = 1,
+        bos: str = "auto",
+        chat: bool = False,
+        system: str | None = None,
+        model_kwargs: dict | None = None,
+    ):
         try:
-            import torch  # noqa: F401
+            import torch
             from transformers import AutoModelForCausalLM
         except ImportError:
             raise UsageError(
@@ -278,18 +412,38 @@ class HFBackend(Backend):
         if not (self.path / "config.json").is_file():
             raise Refused(f"--model: {path} is not a Hugging Face model directory (no config.json)")
         self.model_id = str(self.path.resolve())
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device.startswith("cuda") and not torch.cuda.is_available():
+            raise Refused(f"--device: {device} asked, but torch sees no CUDA device")
+        if dtype == "auto":
+            dtype = "float32" if device == "cpu" else "auto"
+        self.device, self.batch_size = device, int(batch)
+        self.bos, self.chat, self.system = bos, chat, system
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # the probe's own bar is the one progress report
         try:
-            self.model = AutoModelForCausalLM.from_pretrained(str(self.path))
+            kwargs = {"dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(self.path), **kwargs, **(model_kwargs or {})
+            )
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
-        self.model.eval()
+        self.model.to(device).eval()
+        self.dtype = str(next(self.model.parameters()).dtype).removeprefix("torch.")
         self._lock = threading.Lock()
         self._tokenizer: Tokenizer | None = None
+        config = self.model.config
+        eos = getattr(self.model.generation_config, "eos_token_id", None) or config.eos_token_id
+        self._eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        self._pad = config.pad_token_id if config.pad_token_id is not None else 0
+
+    @property
+    def identity(self) -> dict:
+        return {"backend": self.name, "model": self.model_id, "dtype": self.dtype}
 
     def tokenizer(self, spec: str) -> Tokenizer:
         if spec == "auto":
@@ -304,6 +458,10 @@ class HFBackend(Backend):
         self._tokenizer = load_tokenizer(spec)
         return self._tokenizer
 
+    def framing(self, tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        self._tokenizer = tokenizer
+        return hf_framing(tokenizer, self.bos, self.chat, self.system)
+
     def check(self, tokenizer: Tokenizer | None) -> None:
         if tokenizer is None:
             return
@@ -315,29 +473,108 @@ class HFBackend(Backend):
                 f"makes ids up to {size - 1 if size else '?'}, the model has {vocab} tokens"
             )
 
-    def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:
+    def complete(self, prompt: tuple[int, ...], max_tokens: int, text: str | None = None) -> Completion:
+        return self.complete_many([prompt], [max_tokens])[0]
+
+    def complete_many(self, prompts, max_tokens, texts=None) -> list[Completion]:
+        """Greedy continuations of `prompts` decoded as one batch (class docstring)."""
         import torch
 
-        with self._lock, torch.no_grad():
-            ids = torch.tensor([list(prompt)], dtype=torch.long)
-            out = self.model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_tokens,
-                do_sample=False,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=self.model.config.eos_token_id
-                if self.model.config.pad_token_id is None
-                else self.model.config.pad_token_id,
-            )
-            new = out.sequences[0, ids.shape[1] :].tolist()
-            logprobs = tuple(
-                float(torch.log_softmax(score[0].float(), -1)[token])
-                for score, token in zip(out.scores, new, strict=False)
-            )
+        del texts
+        n, steps = len(prompts), max(max_tokens)
+        shared = _common_prefix(prompts) if n > 1 else 0
+        shared = min(shared, min(len(p) for p in prompts) - 1)
+        device = self.device
+        with self._lock, torch.inference_mode():
+            cache, offset = None, 0
+            if shared >= self.SHARED_MIN:
+                head = torch.tensor([list(prompts[0][:shared])], device=device)
+                cache = self._cache_of(self._forward(input_ids=head))
+                cache.batch_repeat_interleave(n)
+                offset = shared
+            rest = [list(p[offset:]) for p in prompts]
+            width = max(len(r) for r in rest)
+            ids = torch.full((n, width), self._pad, dtype=torch.long)
+            mask = torch.zeros((n, offset + width), dtype=torch.long)
+            mask[:, :offset] = 1
+            for i, r in enumerate(rest):
+                ids[i, width - len(r) :] = torch.tensor(r)
+                mask[i, offset + width - len(r) :] = 1
+            positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, offset:]
+            ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+            out = self._forward(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+            new = torch.zeros((n, steps), dtype=torch.long)
+            values = torch.zeros((n, steps))
+            for step in range(steps):
+                logp = torch.log_softmax(out.logits[:, -1].float(), -1)
+                token = logp.argmax(-1)
+                new[:, step] = token.cpu()
+                values[:, step] = logp.gather(-1, token[:, None])[:, 0].cpu()
+                if step == steps - 1:
+                    break
+                mask = torch.cat([mask, mask.new_ones((n, 1))], dim=1)
+                positions = positions[:, -1:] + 1
+                out = self._forward(
+                    input_ids=token[:, None], attention_mask=mask, position_ids=positions,
+                    cache=self._cache_of(out),
+                )  # fmt: skip
         tokenizer = self._tokenizer or ByteTokenizer()
-        return Completion(tokenizer.decode(new), tuple(new), logprobs)
+        completions = []
+        for i, m in enumerate(max_tokens):
+            tokens = new[i, :m].tolist()
+            end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), len(tokens))
+            tokens, logprobs = tokens[:end], values[i, :end].tolist()
+            completions.append(Completion(tokenizer.decode(tokens), tuple(tokens), tuple(logprobs)))
+        return completions
+
+
+    def _forward(self, *, cache=None, **inputs):
+        """One forward pass keeping its cache and only the last position's logits (the cache
+        argument is `cache` in recent transformers, `past_key_values` before)."""
+        params = self._params
+        if cache is not None:
+            inputs["cache" if "cache" in params else "past_key_values"] = cache
+        if "logits_to_keep" in params:
+            inputs["logits_to_keep"] = 1
+        return self.model(**inputs, use_cache=True)
+
+    @functools.cached_property
+    def _params(self) -> set[str]:
+        return set(inspect.signature(self.model.forward).parameters)
+
+    @staticmethod
+    def _cache_of(out):
+        cache = getattr(out, "cache", None)
+        return cache if cache is not None else out.past_key_values
+
+
+def _common_prefix(prompts) -> int:
+    first, n = prompts[0], min(len(p) for p in prompts)
+    for i in range(n):
+        if any(p[i] != first[i] for p in prompts[1:]):
+            return i
+    return n
+
+
+def hf_framing(tokenizer: Tokenizer, bos: str, chat: bool, system: str | None):
+    """The ids around a prompt's text for a Hugging Face model: the BOS token (`bos`: yes,
+    no, or auto: where the tokenizer adds one) and the chat template (`chat`)."""
+    lead: list[int] = []
+    trail: list[int] = []
+    bos_id = getattr(tokenizer, "bos_id", None)
+    if bos == "yes" and bos_id is None:
+        raise Refused(f"--bos: {tokenizer.name} has no BOS token")
+    if chat:
+        if not isinstance(tokenizer, HFTokenizer):
+            raise Refused("--chat: a chat template needs the model's tokenizer directory")
+        try:
+            lead, trail = tokenizer.chat(system)
+        except (ValueError, AttributeError) as error:
+            raise Refused(f"--chat: {tokenizer.name} has no usable chat template: {error}") from None
+    adds = bos == "yes" or (bos == "auto" and getattr(tokenizer, "adds_bos", False))
+    if adds and lead[:1] != [bos_id]:
+        lead = [bos_id, *lead]
+    return tuple(lead), tuple(trail)
 
 
 # ----------------------------------------------------------------------------- decoder
@@ -405,7 +642,7 @@ class DecoderBackend(Backend):
     def check(self, tokenizer: Tokenizer | None) -> None:
         del tokenizer
 
-    def complete(self, prompt: tuple[int, ...], max_tokens: int) -> Completion:
+    def complete(self, prompt: tuple[int, ...], max_tokens: int, text: str | None = None) -> Completion:
         import jax.numpy as jnp
         import numpy as np
 
@@ -423,9 +660,15 @@ class DecoderBackend(Backend):
 def make_backend(config) -> Backend:
     """The backend a `ProbeConfig` names."""
     if config.backend == "openai":
-        return OpenAIBackend(config.url, config.model, config.timeout, ids=config.task == "recall")
+        return OpenAIBackend(
+            config.url, config.model, config.timeout, ids=config.task == "recall", prompt=config.prompt
+        )
     if config.backend == "hf":
-        return HFBackend(config.model)
+        return HFBackend(
+            config.model, dtype=config.dtype, device=config.device, batch=config.concurrency,
+            bos=config.bos, chat=config.chat, system=config.system,
+            model_kwargs=getattr(config, "model_kwargs", None),
+        )  # fmt: skip
     return DecoderBackend(config.checkpoint)
 
 

@@ -2,17 +2,29 @@
 
 A text task (`passkey`, `kv`) is laid out per grid cell (context length C, depth) as
 paired groups. One group is one draw of filler and answer; its `S` prompts
-(`S = lcm(strides)`, the design period) are the same tokens shifted:
+(`S = lcm(strides)`, the design period) are
 
-    prompt(k, t) = [n]*k + before + needle + after[:len(after) - k] + [n]*t + question
+    prompt(k, t) = lead + before + head(k) + needle + after + tail(k, t) + ending + question
 
-with `n` the neutral token. `before` is cut so that, at k = 0, the answer's first token
-(its first occurrence) sits at an index that is a multiple of `S`, and the prompt's
-length at k = t = 0 is a multiple of `S` too. So the needle phase (answer index mod s)
-is `k mod s` and the tail phase (prompt length mod s) is `t mod s` exactly, for every
-stride s dividing S. Group g of a cell takes `t = (k + g) mod S`: every group visits each
-needle phase and each tail phase once, and S consecutive groups cross them fully (a
-Latin square), so the two phases are balanced and independent.
+where every part is whole sentences or whole task pieces (each encoded once, so every
+offset is known in tokens). `head(k)` and `tail(k, t)` are filler sentences drawn for
+(group, k) and (group, k, t) with exact token lengths (`Filler.exact`): `head(k)` puts
+the answer's first token at an index = k mod S, `tail(k, t)` makes the prompt's length
+T0 + t (T0 a multiple of S, the same for every group of the cell). So the needle phase
+(answer index mod s) is `k mod s` and the tail phase (length mod s) `t mod s` exactly,
+for every stride s dividing S, and the phases are moved by filler text alone: no run of
+a repeated token, no sentence cut. The last part before the question (`ending`, whole
+sentences of the group) and the question are the same text for every prompt of a group,
+whatever its phases. `lead` is what the model reads before the text (a BOS token, a
+chat template's opening; empty by default) and `trail` what follows the question (a chat
+template's closing). Group g of a cell takes `t = (k + g) mod S`: every group visits each
+needle phase and each tail phase once, and S consecutive groups cross them fully (a Latin
+square), so the two phases are balanced and independent.
+
+The control design (`control=True`) draws the same filler for the same (group, k, t) but
+at the lengths of k = t = 0: its shifts change the text, not the positions the model
+reads, so a phase effect there is the text's, not the phase's. Its report is by the
+labels k and t.
 
 The `recall` task is the associative recall a decoder of this project was trained on
 (`idealized.decoder.recall`, in the decoder's own vocabulary): the first-queried fact's value
@@ -20,14 +32,17 @@ at a start of each phase, beyond the reach of the uncompressed windows, the othe
 placed uniformly around it (`recall.placed_starts`); the prompt is the context and the
 first query's key, the answer the value's tokens. Its prompts all have one length.
 
-Everything is drawn from `numpy.random.default_rng` seeded by `(seed, C, depth, group)`,
-so a scan is the same for the same config, and adding a cell changes no other cell.
+Everything is drawn from `numpy.random.default_rng` seeded by `(seed, C, depth, group)`
+(and k, t for the shifts' filler), so a scan is the same for the same config, and adding
+a cell changes no other cell.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,8 +52,10 @@ from weakspots.idealized.toy.config import ConfigError
 
 from .tokenizers import Tokenizer
 
-TASKS = ("passkey", "kv", "recall")
+TASKS = ("passkey", "kv", "recall", "records", "flip")
 BACKENDS = ("openai", "hf", "decoder")
+PROMPTS = ("auto", "ids", "text")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 FILLER = (
     " The grass is green.",
@@ -46,11 +63,23 @@ FILLER = (
     " The sun is yellow.",
     " Here we go.",
     " There and back again.",
+    " The river runs to the sea.",
+    " Birds sing in the morning.",
+    " It rained all day.",
+    " The road was long and quiet.",
+    " A cat slept by the warm fire.",
+    " Snow fell on the hills.",
+    " We walked home.",
+    " The old clock on the wall ticked slowly.",
+    " Leaves turn red in autumn.",
+    " The bread is fresh.",
+    " Stars shine at night.",
 )
-PASSKEY = ("The pass key is", " {digits}", ". Remember it.", " {digits}", " is the pass key.")
+PASSKEY = (" The pass key is", " {digits}", ". Remember it.", " {digits}", " is the pass key.")
 PASSKEY_QUESTION = " What is the pass key? The pass key is"
 FACT = (" The value of key {name} is", " {value}", ".")
 FACT_QUESTION = " What is the value of key {name}? The value of key {name} is"
+ENDING_SENTENCES = 2  # whole sentences before the question, the same for a group's prompts
 NAMES = (
     "amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heron", "iris", "jade",
     "kelp", "lotus", "maple", "north", "onyx", "pearl", "quartz", "raven", "sable", "tulip",
@@ -68,7 +97,11 @@ class ProbeConfig:
     paired groups per (context, depth) cell, each `period` prompts. `depth` in [0, 1] is
     where the needle sits in the filler (ignored by `recall`, whose values are placed
     uniformly). `digits`: length of a pass key or value; `facts`: facts of the `kv` task
-    (one queried). `neutral`: the text of the one token the design shifts by.
+    (one queried). `control`: the control design (module docstring). `prompt`: how an
+    openai server gets prompts (`ids`; `text`, checked by a round trip through the server's
+    tokenizer; `auto`: ids where the server takes them). `dtype`, `device`, `chat`,
+    `system`, `bos`: the hf backend's precision, device, chat template (with a system
+    prompt), and BOS token (`auto`: where the tokenizer adds one).
     """
 
     backend: str = "openai"
@@ -84,12 +117,28 @@ class ProbeConfig:
     digits: int = 5
     facts: int = 4
     seed: int = 0
-    neutral: str = " "
+    control: bool = False
+    prompt: str = "auto"
+    dtype: str = "auto"
+    device: str = "auto"
+    chat: bool = False
+    system: str | None = None
+    bos: str = "auto"
     concurrency: int = 4
     max_retries: int = 5
     timeout: float = 120.0
     store: str | None = None
     resume: bool = False
+    # the paper's protocols (probe/records.py, probe/flip.py) and compression (probe/compression.py)
+    compress: str | None = None
+    window: int = 4
+    compress_stride: int | None = None
+    local_window: int = 16
+    compress_weights: str | None = None
+    prefix: str | None = None
+    candidates: tuple[str, ...] = ()
+    lengths: int | None = None
+    families: int = 4
 
     def __post_init__(self):
         for name in ("stride", "context", "depth"):
@@ -131,6 +180,74 @@ class ProbeConfig:
             raise ConfigError("timeout", f"seconds > 0, got {self.timeout}")
         if self.facts > len(NAMES):
             raise ConfigError("facts", f"at most {len(NAMES)}, got {self.facts}")
+        self._check_setup()
+        from .records import check_protocols
+
+        check_protocols(self)
+
+    def _check_setup(self):
+        """What else can be refused before any network call or model load."""
+        if self.task != "recall" and min(self.context) < 4 * self.period:
+            raise ConfigError(
+                "context",
+                f"{min(self.context)} tokens is too short for stride period {self.period}: "
+                f"a text task needs at least 4 periods ({4 * self.period} tokens)",
+            )
+        if self.prompt not in PROMPTS:
+            raise ConfigError("prompt", f"one of {', '.join(PROMPTS)}, got {self.prompt!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError("dtype", f"one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
+            raise ConfigError("device", f"auto, cpu, mps, cuda or cuda:N, got {self.device!r}")
+        if self.bos not in ("auto", "yes", "no"):
+            raise ConfigError("bos", f"one of auto, yes, no, got {self.bos!r}")
+        if self.backend != "hf":
+            for name, default in (("dtype", "auto"), ("device", "auto"), ("chat", False),
+                                  ("system", None), ("bos", "auto")):  # fmt: skip
+                if getattr(self, name) != default:
+                    raise ConfigError(name, "applies to the hf backend only")
+        if self.system is not None and not self.chat:
+            raise ConfigError("system", "a system prompt goes in a chat template: pass --chat")
+        if self.backend != "openai" and self.prompt != "auto":
+            raise ConfigError("prompt", "applies to the openai backend only")
+        if self.control and self.task == "recall":
+            raise ConfigError("control", "the control design is for the text tasks")
+        if self.task != "recall":
+            spec = self.tokenizer
+            if spec == "server" and self.backend != "openai":
+                raise ConfigError("tokenizer", "server applies to the openai backend")
+            if spec not in ("auto", "byte", "server") and not pathlib.Path(spec).expanduser().is_dir():
+                raise ConfigError(
+                    "tokenizer",
+                    f"{spec!r} is neither 'byte', 'server', 'auto' nor a tokenizer directory",
+                )
+        if self.checkpoint is not None and not pathlib.Path(self.checkpoint).expanduser().is_file():
+            raise ConfigError("checkpoint", f"no such file: {self.checkpoint}")
+        if self.backend == "hf":
+            model = pathlib.Path(str(self.model)).expanduser()
+            if not (model / "config.json").is_file():
+                raise ConfigError(
+                    "model", f"{self.model} is not a Hugging Face model directory (no config.json)"
+                )
+
+    @property
+    def model_kwargs(self) -> dict | None:
+        """`from_pretrained` arguments of the hf backend: the compressed attention, if asked."""
+        if self.compress is None:
+            return None
+        from .compression import register
+
+        return {"attn_implementation": register(self.compression)}
+
+    @property
+    def compression(self):
+        """The `compression.Compression` the compress fields name (None without `compress`)."""
+        from .compression import Compression
+
+        if self.compress is None:
+            return None
+        return Compression(self.compress, self.window, self.compress_stride, self.local_window,
+                           self.seed, self.compress_weights)  # fmt: skip
 
     @property
     def period(self) -> int:
@@ -146,10 +263,13 @@ class Trial:
     """One prompt of a scan and what a correct continuation starts with.
 
     `coordinates`: where it sits in the design (context, depth, group, needle_shift,
-    tail_shift), scalars. `needle_index`: token index of the answer's first token (its
-    first occurrence). `block`: the paired group across the whole scan (trials of one
-    block share filler and answer). `answer_ids`: the answer's tokens, for backends
-    that return ids.
+    tail_shift), scalars. `prompt`: every token id the model reads (lead included).
+    `needle_index`: index in `prompt` of the answer's first token (its first
+    occurrence). `block`: the paired group across the whole scan (trials of one block
+    share filler and answer). `answer_ids`: the answer's tokens, for backends that
+    return ids. `text`: the prompt's text without its lead and trail (text tasks), what a
+    server that takes text is sent. `natural`: whether the tokenizer encodes `text` to
+    exactly these ids (None where not checked: a server's tokenizer, the recall task).
     """
 
     coordinates: dict
@@ -159,80 +279,139 @@ class Trial:
     needle_index: int
     block: int
     max_tokens: int
+    text: str | None = None
+    natural: bool | None = None
 
     @property
     def prompt_length(self) -> int:
         return len(self.prompt)
 
 
-def _rng(seed: int, context: int, depth: float | None, group: int) -> np.random.Generator:
+def _rng(seed: int, context: int, depth: float | None, group: int, *more) -> np.random.Generator:
     depth_key = -1 if depth is None else round(depth * 1_000_000)
-    return np.random.default_rng([seed, context, depth_key + 1, group])
+    return np.random.default_rng([seed, context, depth_key + 1, group, *more])
+
+
+Piece = tuple[str, tuple[int, ...]]  # a text and its token ids
 
 
 class _Pieces:
-    """The task's text pieces encoded once each (so every length is known in tokens)."""
+    """The task's text pieces, each encoded once, and filler of whole sentences."""
 
-    def __init__(self, tokenizer: Tokenizer, neutral: str):
+    def __init__(self, tokenizer: Tokenizer):
         self.tokenizer = tokenizer
-        self._cache: dict[str, tuple[int, ...]] = {}
-        ids = self(neutral)
-        if len(ids) != 1:
-            raise ConfigError(
-                "neutral", f"must be one token of the tokenizer; {neutral!r} is {len(ids)} tokens"
-            )
-        self.neutral = ids[0]
+        self._cache: dict[str, Piece] = {}
         self.sentences = [self(s) for s in FILLER]
+        self.lengths = [len(ids) for _, ids in self.sentences]
+        if min(self.lengths) < 1 or math.gcd(*self.lengths) != 1:
+            raise ConfigError(
+                "tokenizer",
+                f"{tokenizer.name} encodes the filler sentences to {self.lengths} tokens: "
+                "the design needs lengths with no common divisor",
+            )
+        self._reach = [True]  # _reach[n]: n tokens are a sum of whole sentences
+        longest, run, n = max(self.lengths), 0, 0
+        while run < longest:  # past `longest` reachable lengths in a row, every length is
+            n += 1
+            run = run + 1 if self.reachable(n) else 0
+        self.minimum = n - longest + 1
 
-    def __call__(self, text: str) -> tuple[int, ...]:
+    def __call__(self, text: str) -> Piece:
         if text not in self._cache:
-            self._cache[text] = tuple(self.tokenizer.encode(text))
+            self._cache[text] = (text, tuple(self.tokenizer.encode(text)))
         return self._cache[text]
 
-    def filler(self, rng: np.random.Generator, length: int, inserts: Sequence) -> list[int]:
-        """`length` tokens of filler sentences from a random one on, `inserts` (token tuples)
-        put between sentences at random boundaries; `length` counts the inserts."""
-        room = length - sum(len(x) for x in inserts)
-        out: list[int] = []
-        boundaries = [0]
-        i = int(rng.integers(len(self.sentences)))
-        while len(out) < room:
-            out.extend(self.sentences[i % len(self.sentences)])
-            boundaries.append(len(out))
-            i += 1
-        out = out[:room]
-        boundaries = [b for b in boundaries if b <= room]
-        cuts = sorted(int(rng.choice(boundaries)) for _ in inserts)
-        for cut, insert in sorted(zip(cuts, inserts, strict=True), key=lambda x: -x[0]):
-            out[cut:cut] = list(insert)
+    def reachable(self, n: int) -> bool:
+        while len(self._reach) <= n:
+            m = len(self._reach)
+            self._reach.append(any(m >= x and self._reach[m - x] for x in self.lengths))
+        return n >= 0 and self._reach[n]
+
+    def exact(self, rng: np.random.Generator, n: int) -> list[Piece]:
+        """Whole filler sentences of exactly `n` tokens (n reachable), drawn with `rng`."""
+        out: list[Piece] = []
+        while n > 0:
+            options = [i for i, x in enumerate(self.lengths) if self.reachable(n - x)]
+            i = options[int(rng.integers(len(options)))]
+            out.append(self.sentences[i])
+            n -= self.lengths[i]
         return out
+
+    def loose(self, rng: np.random.Generator, n: int, inserts: Sequence[list[Piece]]) -> list[Piece]:
+        """Whole filler sentences of at most `n` tokens in all, from a random one on, with
+        `inserts` (lists of pieces) put between sentences at random boundaries."""
+        room = n - sum(_length(x) for x in inserts)
+        out: list[Piece] = []
+        i = int(rng.integers(len(self.sentences)))
+        while room - self.lengths[i % len(self.sentences)] >= 0:
+            room -= self.lengths[i % len(self.sentences)]
+            out.append(self.sentences[i % len(self.sentences)])
+            i += int(rng.integers(1, len(self.sentences)))  # never the same one twice in a row
+        cuts = sorted((int(rng.integers(len(out) + 1)) for _ in inserts), reverse=True)
+        for cut, insert in zip(cuts, inserts, strict=True):
+            out[cut:cut] = insert
+        return out
+
+
+def _length(pieces: Sequence[Piece]) -> int:
+    return sum(len(ids) for _, ids in pieces)
 
 
 def _digits(rng: np.random.Generator, n: int) -> str:
     return str(int(rng.integers(1, 10))) + "".join(str(d) for d in rng.integers(0, 10, n - 1))
 
 
-def text_trials(config: ProbeConfig, tokenizer: Tokenizer) -> list[Trial]:
-    """Every trial of a `passkey` or `kv` scan (module docstring), in a fixed order."""
-    pieces = _Pieces(tokenizer, config.neutral)
-    S, trials = config.period, []
-    block = 0
+@dataclass(frozen=True)
+class _Layout:
+    """A group's parts that do not move with the phases, and the lengths that place them."""
+
+    before: list
+    needle: list
+    after: list
+    ending: list
+    question: list
+    prefix: int  # tokens of the needle before the answer's first token
+    head: int  # tokens of head(0): the answer's index is a multiple of S at k = 0
+    total: int  # T0: the prompt's length at t = 0
+    answer: str
+    answer_ids: tuple[int, ...]
+
+
+def text_trials(
+    config: ProbeConfig,
+    tokenizer: Tokenizer,
+    lead: Sequence[int] = (),
+    trail: Sequence[int] = (),
+) -> list[Trial]:
+    """Every trial of a `passkey` or `kv` scan (module docstring), in a fixed order.
+
+    `lead`: ids the model reads before the text (a BOS token, a chat template's opening,
+    one a server adds itself); `trail`: ids after the question (a chat template's closing).
+    """
+    if config.task == "records":
+        from .records import record_trials
+
+        return record_trials(config, tokenizer, lead, trail)
+    pieces = _Pieces(tokenizer)
+    lead, trail = tuple(lead), tuple(trail)
+    check = getattr(tokenizer, "local", True)
+    S, trials, block = config.period, [], 0
     for context in config.context:
         for depth in config.depth:
             for group in range(config.trials):
                 rng = _rng(config.seed, context, depth, group)
-                base = _base(config, pieces, rng, int(context), float(depth))
-                before, needle, after, question, answer_at, answer, answer_ids = base
+                lay = _layout(config, pieces, rng, int(context), float(depth), len(lead), len(trail))
                 for k in range(S):
                     t = (k + group) % S
-                    prompt = (
-                        [pieces.neutral] * k
-                        + before
-                        + needle
-                        + after[: len(after) - k]
-                        + [pieces.neutral] * t
-                        + question
-                    )
+                    hk, tk = (0, 0) if config.control else (k, t)
+                    head = pieces.exact(_rng(config.seed, context, depth, group, k), lay.head + hk)
+                    fixed = len(lead) + _length(lay.before) + _length(head) + _length(lay.needle)
+                    fixed += _length(lay.after) + _length(lay.ending) + _length(lay.question)
+                    rest = lay.total + tk - fixed - len(trail)
+                    tail = pieces.exact(_rng(config.seed, context, depth, group, k, t), rest)
+                    body = lay.before + head + lay.needle + lay.after + tail + lay.ending + lay.question
+                    ids = tuple(i for _, piece in body for i in piece)
+                    text = "".join(piece for piece, _ in body)
                     coordinates = {
                         "context": int(context),
                         "depth": float(depth),
@@ -243,25 +422,27 @@ def text_trials(config: ProbeConfig, tokenizer: Tokenizer) -> list[Trial]:
                     trials.append(
                         Trial(
                             coordinates,
-                            tuple(prompt),
-                            answer,
-                            answer_ids,
-                            answer_at + k,
+                            lead + ids + trail,
+                            lay.answer,
+                            lay.answer_ids,
+                            len(lead) + _length(lay.before) + _length(head) + lay.prefix,
                             block,
-                            len(answer_ids) + ANSWER_MARGIN,
+                            len(lay.answer_ids) + ANSWER_MARGIN,
+                            text,
+                            tuple(tokenizer.encode(text)) == ids if check else None,
                         )
                     )
                 block += 1
     return trials
 
 
-def _base(config: ProbeConfig, pieces: _Pieces, rng, context: int, depth: float):
-    """One group's unshifted layout: (before, needle, after, question, answer index, answer)."""
+def _layout(config, pieces: _Pieces, rng, context: int, depth: float, lead: int, trail: int):
+    """One group's parts and lengths (`_Layout`); ConfigError if the context is too short."""
     S = config.period
     if config.task == "passkey":
         digits = _digits(rng, config.digits)
         parts = [pieces(p.format(digits=digits)) for p in PASSKEY]
-        question = list(pieces(PASSKEY_QUESTION))
+        question = [pieces(PASSKEY_QUESTION)]
         answer, distractors = digits, []
     else:
         names = rng.choice(len(NAMES), size=config.facts, replace=False)
@@ -271,41 +452,36 @@ def _base(config: ProbeConfig, pieces: _Pieces, rng, context: int, depth: float)
             for n, v in zip(names, values, strict=True)
         ]
         parts = facts[0]  # the queried fact is the needle
-        distractors = [sum(f, ()) for f in facts[1:]]
-        question = list(pieces(FACT_QUESTION.format(name=NAMES[names[0]])))
+        distractors = facts[1:]
+        question = [pieces(FACT_QUESTION.format(name=NAMES[names[0]]))]
         answer = values[0]
-    answer_ids = parts[1]
+    answer_ids = parts[1][1]
     # The answer's first token: its piece's own leading space, where the tokenizer makes
     # that a token of its own (bytes do; BPE joins it to the first digit), is not the answer.
-    space = pieces(" ")
-    lead = len(space) if answer_ids[: len(space)] == space and len(answer_ids) > len(space) else 0
-    prefix = list(parts[0]) + list(answer_ids[:lead])
-    answer_ids = answer_ids[lead:]
-    needle = list(parts[0]) + list(sum(parts[1:], ()))
-    total = S * (context // S) - S  # the prompt's length at k = t = 0
-    span = total - len(needle) - len(question) - S - sum(len(d) for d in distractors)
-    low = S * math.ceil(len(prefix) / S)
-    high = S * math.floor((len(prefix) + span) / S) if span >= 0 else -1
-    if high < low:
+    space = pieces(" ")[1]
+    lead_space = len(space) if answer_ids[: len(space)] == space and len(answer_ids) > len(space) else 0
+    prefix = len(parts[0][1]) + lead_space
+    answer_ids = answer_ids[lead_space:]
+    ending = [pieces.sentences[int(i)] for i in rng.choice(len(FILLER), ENDING_SENTENCES, replace=False)]
+    M = pieces.minimum
+    total = S * (context // S) - S  # the prompt's length at t = 0
+    small = lead + _length(parts) + _length(ending) + _length(question) + trail
+    budget = total - small - (M + S - 1) - (S - 1) - M
+    if budget < sum(_length(d) for d in distractors):
         raise ConfigError(
             "context",
             f"{context} tokens is too short for the {config.task} task at stride period {S} "
-            f"(the needle and question alone take {len(needle) + len(question)} tokens)",
+            f"(the needle, question and the shifts' filler take {total - budget} tokens)",
         )
-    answer_at = min(max(S * round((len(prefix) + depth * span) / S), low), high)
-    a = answer_at - len(prefix)
-    b = total - a - len(needle) - len(question)
-    fractions = rng.random(len(distractors))
-    cut = a / max(a + b - S, 1)
-    inside = [d for d, f in zip(distractors, fractions, strict=True) if f < cut]
-    outside = [d for d, f in zip(distractors, fractions, strict=True) if f >= cut]
-    room_before = a - sum(len(d) for d in inside)
-    if room_before < 0:  # not enough filler before the needle: move them after it
-        outside, inside = outside + inside, []
-    before = pieces.filler(rng, a, inside)
-    after_filler = pieces.filler(rng, b - S, outside)
-    after = after_filler + pieces.filler(rng, S, [])  # the last S tokens are cut by the shift
-    return before, needle, after, question, answer_at, answer, tuple(answer_ids)
+    inside = [d for d in distractors if rng.random() < depth]
+    outside = [d for d in distractors if not any(d is x for x in inside)]
+    target = round(depth * (budget - sum(_length(d) for d in distractors)))
+    before = pieces.loose(rng, target + sum(_length(d) for d in inside), inside)
+    after = pieces.loose(rng, budget - _length(before), outside)
+    head = M + (-(lead + _length(before) + M + prefix)) % S
+    return _Layout(
+        before, parts, after, ending, question, prefix, head, total, answer, tuple(answer_ids)
+    )
 
 
 def recall_trials(config: ProbeConfig, lm_config) -> list[Trial]:

@@ -15,6 +15,7 @@ gives one); a trial that still fails is stored as failed and reported, never sco
 from __future__ import annotations
 
 import hashlib
+import pathlib
 import queue
 import random
 import threading
@@ -30,13 +31,16 @@ from weakspots.sims.runs.progress import Progress
 from .backends import (
     Backend,
     Completion,
+    Refused,
     RequestError,
     TransientError,
+    hf_framing,
     load_decoder,
     make_backend,
 )
 from .design import ProbeConfig, Trial, recall_trials, text_trials
 from .report import phase_report
+from .tokenizers import load_tokenizer
 
 BACKOFF_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0
@@ -103,7 +107,7 @@ def ask(
         if stop is not None and stop.is_set():
             break
         try:
-            completion = backend.complete(trial.prompt, trial.max_tokens)
+            completion = backend.complete(trial.prompt, trial.max_tokens, trial.text)
         except TransientError as transient:
             error = str(transient)
             if attempt < max_retries:
@@ -114,18 +118,28 @@ def ask(
             continue
         except RequestError as rejected:
             return Outcome(None, "", str(rejected), attempt + 1)
-        if by_ids and completion.token_ids is None:  # unscorable, not wrong
-            return Outcome(
-                None, completion.text, "the reply holds no token ids to score", attempt + 1
-            )
-        return Outcome(
-            is_correct(trial, completion, by_ids),
-            completion.text,
-            None,
-            attempt + 1,
-            completion.token_logprobs,
-        )
+        return scored(trial, completion, by_ids, attempt + 1)
     return Outcome(None, "", error or "interrupted", max_retries + 1)
+
+
+def scored(trial: Trial, completion: Completion, by_ids: bool, attempts: int) -> Outcome:
+    """The outcome of one answered trial (unscorable, not wrong, when ids are missing)."""
+    if by_ids and completion.token_ids is None:
+        return Outcome(None, completion.text, "the reply holds no token ids to score", attempts)
+    correct = is_correct(trial, completion, by_ids)
+    return Outcome(correct, completion.text, None, attempts, completion.token_logprobs)
+
+
+def ask_many(backend: Backend, trials: list[Trial], *, by_ids: bool, **retry) -> list[Outcome]:
+    """Trials answered as one batch (`Backend.complete_many`); one by one, with retries,
+    where the batch fails on a request error."""
+    try:
+        completions = backend.complete_many(
+            [t.prompt for t in trials], [t.max_tokens for t in trials], [t.text for t in trials]
+        )
+    except (TransientError, RequestError):
+        return [ask(backend, t, by_ids=by_ids, **retry) for t in trials]
+    return [scored(t, c, by_ids, 1) for t, c in zip(trials, completions, strict=True)]
 
 
 def _row(trial: Trial, outcome: Outcome) -> dict:
@@ -166,14 +180,43 @@ def _missing(value, pd) -> bool:
     return not isinstance(value, list | tuple) and bool(pd.isna(value))
 
 
-def plan(config: ProbeConfig, backend: Backend):
-    """The tokenizer and every trial of the scan (checks the backend first)."""
+def early_plan(config: ProbeConfig):
+    """The trials that need no network call and no model: those of a text task with a
+    tokenizer read here (`byte`, a directory; for hf, the model's own), as
+    `(tokenizer, framing, trials)`; None otherwise. Built before the backend, so a design
+    the context cannot hold is refused before any request or model load."""
+    if config.task == "recall":
+        return None
+    spec = config.tokenizer
+    if spec == "auto" and config.backend == "hf":
+        model = pathlib.Path(str(config.model)).expanduser()
+        if not any((model / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+            raise Refused(
+                f"--tokenizer: {config.model} holds no tokenizer; pass --tokenizer byte or a "
+                "tokenizer directory"
+            )
+        spec = str(model)
+    if spec in ("auto", "server"):
+        return None
+    tokenizer = load_tokenizer(spec)
+    frame = ((), ())
+    if config.backend == "hf":
+        frame = hf_framing(tokenizer, config.bos, config.chat, config.system)
+    return tokenizer, frame, text_trials(config, tokenizer, *frame)
+
+
+def plan(config: ProbeConfig, backend: Backend, early=None):
+    """The tokenizer and every trial of the scan (checks the backend first). `early`: what
+    `early_plan` built, kept where the backend frames prompts the same way."""
     if config.task == "recall":  # built in the decoder's own vocabulary: no tokenizer
         backend.check(None)
         return "decoder", recall_trials(config, load_decoder(config.checkpoint).config)
-    tokenizer = backend.tokenizer(config.tokenizer)
+    tokenizer = early[0] if early is not None else backend.tokenizer(config.tokenizer)
     backend.check(tokenizer)
-    return tokenizer.name, text_trials(config, tokenizer)
+    frame = backend.framing(tokenizer)
+    if early is not None and early[1] == frame:
+        return tokenizer.name, early[2]
+    return tokenizer.name, text_trials(config, tokenizer, *frame)
 
 
 def probe(
@@ -200,17 +243,18 @@ def probe(
             result_store.prepare(config.store)
         except result_store.StoreError as error:
             raise UsageError(f"--store: {error}") from None
+    early = early_plan(config)
     owned = client is None
     backend = make_backend(config) if owned else client
     try:
-        return _probe(config, backend, progress, backoff)
+        return _probe(config, backend, progress, backoff, early)
     finally:
         if owned:
             backend.close()
 
 
-def _probe(config: ProbeConfig, backend: Backend, progress, backoff: float) -> dict:
-    tokenizer_name, trials = plan(config, backend)
+def _probe(config: ProbeConfig, backend: Backend, progress, backoff: float, early=None) -> dict:
+    tokenizer_name, trials = plan(config, backend, early)
     keys = [trial_key(backend.identity, tokenizer_name, config, t) for t in trials]
     hashes = [result_store.config_hash(k) for k in keys]
     if len(set(hashes)) != len(hashes):
@@ -223,8 +267,8 @@ def _probe(config: ProbeConfig, backend: Backend, progress, backoff: float) -> d
                 f"--store: {config.store} already holds {len(rows)} trials of this scan; "
                 "pass --resume to continue it, or another --store"
             )
-    scored = {h for h, r in rows.items() if not r.get("failed")}
-    pending = [(t, k, h) for t, k, h in zip(trials, keys, hashes, strict=True) if h not in scored]
+    answered = {h for h, r in rows.items() if not r.get("failed")}
+    pending = [(t, k, h) for t, k, h in zip(trials, keys, hashes, strict=True) if h not in answered]
     bar = progress if isinstance(progress, Progress) else Progress("probe", "trials", enabled=bool(progress))
     bar.plan(len(trials), done=len(trials) - len(pending))
     try:
@@ -245,35 +289,41 @@ def _execute(config, backend, pending, bar: Progress, backoff: float) -> dict[st
     done: queue.Queue = queue.Queue()
     stop = threading.Event()
 
+    batch = max(1, int(getattr(backend, "batch_size", 1)))
+    retry = dict(max_retries=config.max_retries, backoff=backoff, stop=stop)
+
     def worker():
         while not stop.is_set():
-            try:
-                trial, key, run_hash = work.get_nowait()
-            except queue.Empty:
+            items = []
+            while len(items) < batch:
+                try:
+                    items.append(work.get_nowait())
+                except queue.Empty:
+                    break
+            if not items:
                 return
+            run_hash = items[0][2]
             try:
-                outcome = ask(
-                    backend,
-                    trial,
-                    max_retries=config.max_retries,
-                    backoff=backoff,
-                    by_ids=by_ids,
-                    stop=stop,
-                )
-                row = _row(trial, outcome)
-                if stop.is_set() and outcome.failed:
-                    return  # interrupted, not failed: leave it for --resume
-                if config.store is not None:
-                    result_store.write_run(config.store, key, row)
-                done.put((run_hash, {**key, **row}, None))
+                trials = [trial for trial, _, _ in items]
+                if len(items) == 1:
+                    outcomes = [ask(backend, trials[0], by_ids=by_ids, **retry)]
+                else:
+                    outcomes = ask_many(backend, trials, by_ids=by_ids, **retry)
+                for (trial, key, run_hash), outcome in zip(items, outcomes, strict=True):
+                    row = _row(trial, outcome)
+                    if stop.is_set() and outcome.failed:
+                        return  # interrupted, not failed: leave it for --resume
+                    if config.store is not None:
+                        result_store.write_run(config.store, key, row)
+                    done.put((run_hash, {**key, **row}, None))
             except BaseException as error:  # a bug or a broken store: the main thread raises it
                 done.put((run_hash, None, error))
                 return
 
-    workers = [
-        threading.Thread(target=worker, daemon=True, name=f"probe-{i}")
-        for i in range(min(config.concurrency, max(len(pending), 1)))
-    ]
+    # A backend that batches (hf) answers one batch of `batch` prompts at a time; a server
+    # gets `concurrency` requests in flight.
+    count = 1 if batch > 1 else min(config.concurrency, max(len(pending), 1))
+    workers = [threading.Thread(target=worker, daemon=True, name=f"probe-{i}") for i in range(count)]
     for thread in workers:
         thread.start()
     rows: dict[str, dict] = {}
@@ -297,7 +347,7 @@ def _execute(config, backend, pending, bar: Progress, backoff: float) -> dict[st
 
 def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
     """The report of a scan from its trials' rows (missing rows count as not yet asked)."""
-    scored, failed = [], []
+    scored_trials, failed = [], []
     for trial, run_hash in zip(trials, hashes, strict=True):
         row = rows.get(run_hash)
         if row is None:
@@ -305,10 +355,12 @@ def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
         if row.get("failed"):
             failed.append({"hash": run_hash, **trial.coordinates, "error": row.get("error")})
             continue
-        scored.append(
+        # the control design's shifts move no position: its phases are the labels k, t
+        c = trial.coordinates
+        scored_trials.append(
             {
-                "needle_index": trial.needle_index,
-                "prompt_length": trial.prompt_length,
+                "needle_index": c["needle_shift"] if config.control else trial.needle_index,
+                "prompt_length": c["tail_shift"] if config.control else trial.prompt_length,
                 "correct": bool(row["correct"]),
                 "block": trial.block,
                 "depth": trial.coordinates["depth"],
@@ -321,20 +373,28 @@ def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
         "model": backend.model_id,
         "tokenizer": tokenizer_name,
         "task": config.task,
+        "design": "control" if config.control else "phase",
         "strides": [int(s) for s in config.stride],
         "period": config.period,
         "planned": len(trials),
-        "trials": len(scored),
+        "trials": len(scored_trials),
         "failed": len(failed),
-        "unasked": len(trials) - len(scored) - len(failed),
+        "unasked": len(trials) - len(scored_trials) - len(failed),
+        # prompts whose text the tokenizer would not encode to their ids (None: not checked)
+        "unnatural": _unnatural(trials),
         "failed_trials": failed[:FAILED_SHOWN],
         "seed": config.seed,
         "store": config.store,
     }
-    report.update(phase_report(scored, config.stride, config.seed))
+    report.update(phase_report(scored_trials, config.stride, config.seed))
     # Group g's tail shift is (k + g) mod S, so at stride s the needle and tail phases are
     # fully crossed once a cell holds a multiple of s groups (text tasks; recall has one tail).
     for stride, stats in report["by_stride"].items():
         stats["crossed"] = config.task != "recall" and config.trials % int(stride) == 0
     report["crossed"] = report["by_stride"][str(report["stride"])]["crossed"]
     return report
+
+
+def _unnatural(trials) -> int | None:
+    checked = [t.natural for t in trials if t.natural is not None]
+    return sum(not n for n in checked) if checked else None

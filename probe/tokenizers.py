@@ -1,8 +1,8 @@
 """Tokenizers a probe builds its prompts with: every prompt is a list of token ids.
 
 `ByteTokenizer` (id = byte value), `HFTokenizer` (a Hugging Face tokenizer directory,
-through `transformers`), `ServerTokenizer` (an OpenAI-compatible server's `/tokenize`
-endpoint). Prompts are concatenations of separately encoded pieces, so no text is ever
+through `transformers`), `ServerTokenizer` (a server's tokenize endpoint, in vLLM's,
+llama.cpp's or llama-cpp-python's dialect). Prompts are concatenations of separately encoded pieces, so no text is ever
 decoded and encoded again and every offset is known exactly.
 """
 
@@ -21,6 +21,7 @@ class Tokenizer(abc.ABC):
     """Text to token ids (`encode`) and generated ids back to text (`decode`)."""
 
     name: str
+    local = True  # encodes here (a server's tokenizer asks over the network)
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]: ...
@@ -76,30 +77,93 @@ class HFTokenizer(Tokenizer):
     def vocab_size(self) -> int:
         return len(self._tokenizer)
 
+    @property
+    def bos_id(self) -> int | None:
+        return self._tokenizer.bos_token_id
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether the tokenizer puts its BOS token before a text (its own setting)."""
+        bos = self.bos_id
+        return bos is not None and self._tokenizer.encode("a")[:1] == [bos]
+
+    def chat(self, system: str | None) -> tuple[list[int], list[int]]:
+        """The ids of the chat template before and after one user message (the assistant's
+        turn opened); ValueError where the tokenizer has no chat template."""
+        mark = "\x00PROBE\x00"
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": mark}
+        ]
+        text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        before, after = text.split(mark)
+        return (
+            list(self._tokenizer.encode(before, add_special_tokens=False)),
+            list(self._tokenizer.encode(after, add_special_tokens=False)),
+        )
+
 
 class ServerTokenizer(Tokenizer):
-    """The `/tokenize` endpoint of a server (vLLM, SGLang): `{"tokens": [...]}` for a prompt."""
+    """A server's tokenize endpoint: `{"tokens": [...]}` for a text, in one of its dialects.
 
-    def __init__(self, endpoint: str, model: str | None, headers: dict[str, str], timeout: float):
+    `dialect` is the request's text field: `prompt` (vLLM, SGLang `/tokenize`), `content`
+    (llama.cpp's `llama-server` `/tokenize`), `input` (llama-cpp-python's
+    `/extras/tokenize`). `lead`: the ids the server puts before every text (a BOS token
+    where its tokenizer adds one, as llama-cpp-python's does), stripped from `encode`.
+    """
+
+    local = False
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str | None,
+        headers: dict[str, str],
+        timeout: float,
+        dialect: str = "prompt",
+        lead: tuple[int, ...] = (),
+    ):
         self.name = "server"
         self.endpoint, self.model, self.headers, self.timeout = endpoint, model, headers, timeout
+        self.dialect, self.lead = dialect, tuple(lead)
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (a tokenizer lives as long as its probe)
     def _encode(self, text: str) -> tuple[int, ...]:
-        return tuple(tokenize_on_server(self.endpoint, self.model, text, self.headers, self.timeout))
+        return tuple(self.tokenize(text))
+
+    def tokenize(self, text: str) -> list[int]:
+        """The server's own ids for `text`, its lead included."""
+        return tokenize_on_server(
+            self.endpoint, self.model, text, self.headers, self.timeout, self.dialect
+        )
 
     def encode(self, text: str) -> list[int]:
-        return list(self._encode(text))
+        ids = self._encode(text)
+        if self.lead and ids[: len(self.lead)] == self.lead:
+            ids = ids[len(self.lead) :]
+        return list(ids)
 
     def decode(self, ids: list[int]) -> str:
         raise NotImplementedError("the server returns its continuations as text")
 
 
+DIALECTS = ("prompt", "content", "input")
+
+
 def tokenize_on_server(
-    endpoint: str, model: str | None, text: str, headers: dict[str, str], timeout: float
+    endpoint: str,
+    model: str | None,
+    text: str,
+    headers: dict[str, str],
+    timeout: float,
+    dialect: str = "prompt",
 ) -> list[int]:
-    """Token ids of `text` from a `/tokenize` endpoint (no special tokens added)."""
-    body = {"prompt": text, "add_special_tokens": False}
+    """Token ids of `text` from a tokenize endpoint, the text in field `dialect` (no special
+    tokens added where the server takes that option)."""
+    body: dict = {dialect: text}
+    if dialect == "prompt":
+        body["add_special_tokens"] = False
+    elif dialect == "content":
+        body["add_special"] = False
     if model:
         body["model"] = model
     request = urllib.request.Request(
@@ -109,7 +173,8 @@ def tokenize_on_server(
         method="POST",
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
-        return [int(t) for t in json.loads(response.read())["tokens"]]
+        tokens = json.loads(response.read())["tokens"]
+    return [int(t["id"]) if isinstance(t, dict) else int(t) for t in tokens]
 
 
 def load_tokenizer(spec: str) -> Tokenizer:

@@ -6,6 +6,15 @@ is the API base (`http://127.0.0.1:PORT/v1`). `model(prompt_ids, max_tokens)` re
 (`requests`), can fail some on purpose (`flaky(prompt, attempt) -> status or None`),
 can delay answers (`delay`), and serves `/tokenize` with `tokenize(text) -> ids` when
 given one.
+
+`dialect` picks whose replies it records (from each server's source, so the probe's
+parsing is tested without the server): `vllm` (default: `/tokenize` and `/v1/tokenize`
+take `{"prompt"}`; ids or text prompts; `tokens`/`token_logprobs`), `llama-server`
+(llama.cpp's `tools/server`: `/tokenize` takes `{"content"}` and answers any other body
+with `{"tokens": []}`; `logprobs.content[]` with `id`, `token`, `logprob`), and
+`llama-cpp-python` (`/extras/tokenize` takes `{"input"}` and puts `bos` first, as its
+`Llama.tokenize` does; `/v1/completions` takes text only, answering token ids with
+HTTP 500 and pydantic's message, and reads `bos` + the text's tokens).
 """
 
 from __future__ import annotations
@@ -89,7 +98,11 @@ class Server:
         self.thread.join(5)
 
 
-def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None) -> Server:
+DIALECTS = ("vllm", "llama-server", "llama-cpp-python")
+
+
+def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None, dialect="vllm",
+          bos=()) -> Server:  # fmt: skip
     state = {
         "requests": collections.Counter(),
         "answered": collections.Counter(),
@@ -119,19 +132,41 @@ def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None) -> Server
         def do_POST(self):
             length = int(self.headers.get("Content-Length", 0))
             body = json.loads(self.rfile.read(length))
-            if self.path in ("/v1/tokenize", "/tokenize"):
+            routes = {
+                "vllm": {"/v1/tokenize": "prompt", "/tokenize": "prompt"},
+                "llama-server": {"/tokenize": "content"},
+                "llama-cpp-python": {"/extras/tokenize": "input"},
+            }[dialect]
+            if self.path in routes:
+                field = routes[self.path]
                 if tokenize is None:
                     self._send(404, {"error": "not found"})
+                elif field not in body and dialect == "llama-server":
+                    self._send(200, {"tokens": []})  # llama-server: no `content`, no tokens
+                elif field not in body:
+                    self._send(422, {"detail": [{"msg": "Field required", "loc": [field]}]})
                 else:
-                    self._send(200, {"tokens": tokenize(body["prompt"])})
+                    self._send(200, {"tokens": list(bos) + tokenize(body[field])})
                 return
             if self.path != "/v1/completions":
                 self._send(404, {"error": "not found"})
                 return
-            if body.get("model") != name:
+            if body.get("model") != name and dialect == "vllm":
                 self._send(404, {"error": f"model {body.get('model')} not found"})
                 return
             ids = body["prompt"]
+            if isinstance(ids, str):
+                if tokenize is None:
+                    self._send(400, {"error": "no tokenizer"})
+                    return
+                ids = list(bos) + tokenize(ids)
+            elif dialect == "llama-cpp-python":
+                with state["lock"]:
+                    state["requests"][prompt_hash(ids)] += 1
+                message = "Input should be a valid string"
+                self._send(500, {"error": {"message": f"[{{'type': 'string_type', 'msg': '{message}'}}]",
+                                           "type": "internal_server_error"}})  # fmt: skip
+                return
             key = prompt_hash(ids)
             with state["lock"]:
                 state["requests"][key] += 1
@@ -145,7 +180,13 @@ def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None) -> Server
                 time.sleep(delay)
             text, token_ids = model(ids, body["max_tokens"])
             choice = {"index": 0, "text": text, "finish_reason": "length"}
-            if body.get("logprobs") is not None:
+            if body.get("logprobs") is not None and dialect == "llama-server":
+                pieces = list(zip(token_ids, text, strict=False)) if token_ids else [
+                    (ord(c), c) for c in text]  # fmt: skip
+                choice["logprobs"] = {"content": [
+                    {"id": i, "token": c, "bytes": list(c.encode()), "logprob": -0.1,
+                     "top_logprobs": []} for i, c in pieces]}  # fmt: skip
+            elif body.get("logprobs") is not None:
                 tokens = (
                     [f"token_id:{t}" for t in token_ids]
                     if token_ids is not None and body.get("return_tokens_as_token_ids")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from weakspots.probe.design import BACKENDS, TASKS, ProbeConfig
 
@@ -66,6 +67,24 @@ def register(subparsers) -> None:
     model.add_argument(
         "--checkpoint", help="a decoder checkpoint (sims.decoder.checkpoint): decoder backend, recall task"
     )
+    model.add_argument(
+        "--prompt", default=_DEFAULT.prompt,
+        help="openai: ids (token ids), text (checked by a round trip through the server's "
+        "tokenizer; for servers that take no ids), or auto (text for llama-cpp-python's server)",
+    )  # fmt: skip
+    model.add_argument(
+        "--dtype", default=_DEFAULT.dtype,
+        help="hf: auto (float32 on CPU, the checkpoint's own elsewhere), float32, bfloat16, float16",
+    )  # fmt: skip
+    model.add_argument("--device", default=_DEFAULT.device, help="hf: auto, cpu, cuda, cuda:N, mps")
+    model.add_argument(
+        "--chat", action="store_true", help="hf: wrap each prompt in the tokenizer's chat template"
+    )
+    model.add_argument("--system", help="hf, with --chat: a system prompt")
+    model.add_argument(
+        "--bos", default=_DEFAULT.bos,
+        help="hf: put the BOS token first: yes, no, auto (where the tokenizer does)",
+    )  # fmt: skip
     design = parser.add_argument_group("design")
     design.add_argument("--task", default=_DEFAULT.task, help=f"one of {', '.join(TASKS)}")
     design.add_argument(
@@ -88,16 +107,55 @@ def register(subparsers) -> None:
     design.add_argument("--facts", type=int, default=_DEFAULT.facts, help="kv: facts per prompt")
     design.add_argument("--seed", type=int, default=_DEFAULT.seed, help="seed of the prompts")
     design.add_argument(
-        "--neutral", default=_DEFAULT.neutral, help="text of the one token the design shifts by"
+        "--control", action="store_true",
+        help="the control design: the shifts' filler drawn as in the scan, no position moved "
+        "(a phase effect there is the text's)",
+    )  # fmt: skip
+    design.add_argument(
+        "--plan", metavar="FILE",
+        help="records: write each prompt's residue, target_position, query_position and length "
+        "as JSON lines to FILE and stop (no model is loaded, no request sent)",
+    )  # fmt: skip
+    design.add_argument("--prefix", help="flip: the prompt's end the candidates continue")
+    design.add_argument(
+        "--candidate", action="append", dest="candidates", default=[], metavar="TEXT",
+        help="flip: a candidate continuation (give two or more)",
+    )  # fmt: skip
+    design.add_argument(
+        "--lengths", type=int, help="flip: filler lengths per family, one token apart "
+        "(default and least: 4 periods)",
+    )  # fmt: skip
+    design.add_argument(
+        "--families", type=int, default=_DEFAULT.families, help="flip: filler families"
     )
+    compress = parser.add_argument_group("compression (hf backend)")
+    compress.add_argument(
+        "--compress", metavar="OP",
+        help="read tokens older than --local-window only through chunked entries pooled by OP: "
+        "mean_pool, max_pool, softmax_pool, deepseek_v4",
+    )  # fmt: skip
+    compress.add_argument("--window", type=int, default=_DEFAULT.window, help="W: tokens per entry")
+    compress.add_argument(
+        "--compress-stride", type=int, help="S: a window starts every S tokens (default W)"
+    )
+    compress.add_argument(
+        "--local-window", type=int, default=_DEFAULT.local_window,
+        help="recent tokens read exactly",
+    )  # fmt: skip
+    compress.add_argument(
+        "--compress-weights", metavar="NPZ",
+        help="given operator weights (softmax_pool: pooling_logits; deepseek_v4: wgate, ape, "
+        "wkv; a leading layer axis); default: random from --seed",
+    )  # fmt: skip
     running = parser.add_argument_group("running")
     running.add_argument("--store", help="directory of the trial store (weakspots.load reads it)")
     running.add_argument(
         "--resume", action="store_true", help="ask only the trials the store does not hold"
     )
     running.add_argument(
-        "--concurrency", type=int, default=_DEFAULT.concurrency, help="requests in flight"
-    )
+        "--concurrency", type=int, default=_DEFAULT.concurrency,
+        help="openai: requests in flight; hf: prompts decoded together in one batch",
+    )  # fmt: skip
     running.add_argument(
         "--max-retries", type=int, default=_DEFAULT.max_retries,
         help="retries of a request after 429, 5xx or a timeout",
@@ -119,8 +177,11 @@ def register(subparsers) -> None:
 
 FIELDS = (
     "backend", "url", "model", "tokenizer", "checkpoint", "task", "stride", "context", "depth",
-    "trials", "digits", "facts", "seed", "neutral", "concurrency", "max_retries", "timeout",
+    "trials", "digits", "facts", "seed", "control", "prompt", "dtype", "device", "chat", "system",
+    "bos", "concurrency", "max_retries", "timeout",
     "store", "resume",
+    "compress", "window", "compress_stride", "local_window", "compress_weights", "prefix",
+    "candidates", "lengths", "families",
 )  # fmt: skip
 
 
@@ -130,6 +191,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.backoff >= 0:
         raise common.UsageError(f"--backoff: seconds >= 0, got {args.backoff}")
     config = ProbeConfig(**{name: getattr(args, name) for name in FIELDS})
+    if args.plan is not None or config.task == "flip":
+        return _protocols(args, config)
     report = probe(config, progress=common.progress_enabled(args), backoff=args.backoff)
     if args.figures:
         from weakspots.figures.probe import save
@@ -139,6 +202,48 @@ def run(args: argparse.Namespace) -> int:
         common.print_json(report)
     else:
         print(format_report(report))
+    if report["planned"] and not report["trials"] and not report["unasked"]:
+        first = report["failed_trials"][0]["error"] if report["failed_trials"] else "-"
+        print(
+            f"weakspots probe: error: no trial scored: all {report['failed']} failed "
+            f"(the first: {first})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _protocols(args: argparse.Namespace, config: ProbeConfig) -> int:
+    """`--plan FILE` (records: the prompts' layout, no model) and `--task flip`."""
+    if args.plan is not None:
+        from weakspots.probe.records import moments, plan_rows, write_plan
+        from weakspots.probe.run import early_plan
+
+        if config.task != "records":
+            raise common.UsageError("--plan: applies to --task records")
+        early = early_plan(config)
+        if early is None:
+            raise common.UsageError("--plan: needs a tokenizer read here (byte or a directory)")
+        count = write_plan(early[2], args.plan)
+        summary = {"plan": args.plan, "prompts": count,
+                   "query_positions": sorted({r["query_position"] for r in plan_rows(early[2])}),
+                   "moments": {str(r): list(m) for r, m in moments(plan_rows(early[2])).items()}}  # fmt: skip
+        if args.json:
+            common.print_json(summary)
+        else:
+            print(f"{count} prompts to {args.plan}; query positions {summary['query_positions']}")
+        return 0
+    from weakspots.probe.flip import flip, format_flip
+
+    report = flip(config, progress=common.progress_enabled(args))
+    if args.figures:
+        from weakspots.figures.probe_profiles import save_flip
+
+        report["figures"] = save_flip(report, args.figures)
+    if args.json:
+        common.print_json(report)
+    else:
+        print(format_flip(report))
     return 0
 
 

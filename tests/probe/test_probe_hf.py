@@ -34,7 +34,7 @@ def tiny(tmp_path_factory):
 
 
 def test_a_tiny_deepseek_v4_is_probed_and_answers_as_its_own_greedy_decoding(tiny, tmp_path):
-    fields = dict(backend="hf", model=str(tiny), tokenizer="byte", stride=4, context=128,
+    fields = dict(backend="hf", model=str(tiny), tokenizer="byte", stride=4, context=256,
                   trials=1, digits=3)  # fmt: skip
     report = weakspots.probe(**fields, store=str(tmp_path / "s"))
     assert report["trials"] == 4 and report["failed"] == 0 and report["backend"] == "hf"
@@ -55,7 +55,7 @@ def test_a_byte_tokenizer_on_a_smaller_vocabulary_is_refused(tmp_path, capsys):
     small = _save(tmp_path / "small", vocab=200)
     capsys.readouterr()
     code = main(["probe", "--backend", "hf", "--model", str(small), "--tokenizer", "byte",
-                 "--context", "128", "--quiet"])  # fmt: skip
+                 "--context", "256", "--quiet"])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
     assert err.startswith("weakspots probe: error: --tokenizer: byte does not match")

@@ -309,13 +309,23 @@ def checkpoint_scorer(directory):
     return config, lambda tokens: np.asarray(last_logits(state, jnp.asarray(tokens, jnp.int32)))
 
 
+STRONG_HARMONIC = 0.5  # a harmonic counts toward the period at half the strongest's amplitude
+
+
 def dominant_period(accuracy) -> float | None:
-    """`modulus / k` for the harmonic `k >= 1` of largest amplitude
-    (`metrics.harmonic_spectrum`); None for a flat profile."""
-    spectrum = metrics.harmonic_spectrum(accuracy)
-    if spectrum.size < 2 or np.max(spectrum[1:]) <= 1e-12:
+    """The fundamental period of the residue profile's strong harmonics: `modulus / g`, `g`
+    the gcd of the harmonics `k >= 1` whose amplitude (`metrics.harmonic_spectrum`) is at
+    least half the strongest's; None for a flat profile.
+
+    A pattern of period S has harmonics only at multiples of `modulus / S`, and a sharp one
+    (one weak phase of S) has several of equal amplitude, so the strongest alone can name a
+    divisor of S; their gcd names S.
+    """
+    spectrum = metrics.harmonic_spectrum(accuracy)[1:]
+    if spectrum.size == 0 or np.max(spectrum) <= 1e-12:
         return None
-    return len(accuracy) / (1 + int(np.argmax(spectrum[1:])))
+    strong = 1 + np.flatnonzero(spectrum >= STRONG_HARMONIC * np.max(spectrum))
+    return len(accuracy) / math.gcd(*strong.tolist())
 
 
 def report(per_seed_results: list[dict]) -> dict:

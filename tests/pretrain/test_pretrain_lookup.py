@@ -227,6 +227,17 @@ def test_report_refuses_mismatched_seeds():
     assert lookup.dominant_period([0.5] * 4) is None
 
 
+def test_dominant_period_names_the_stride_of_a_sharp_pattern():
+    """One weak phase in every 4 has equal harmonics at periods 4 and 2: the period is 4."""
+    one_weak = [0.0 if r % 4 == 3 else 1.0 for r in range(MODULUS)]
+    spectrum = metrics.harmonic_spectrum(one_weak)
+    assert spectrum[6] == pytest.approx(spectrum[12])  # the tie the strongest alone cannot break
+    assert lookup.dominant_period(one_weak) == 4
+    three_weak = [0.0 if r % 8 >= 5 else 1.0 for r in range(MODULUS)]
+    assert lookup.dominant_period(three_weak) == 8
+    assert lookup.dominant_period([0.2 + 0.1 * (r % 12 == 0) for r in range(MODULUS)]) == 12
+
+
 # ----------------------------------------------------------------------------- the command line
 
 

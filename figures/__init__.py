@@ -24,6 +24,7 @@ from weakspots.figures import (
     lm_toy,
     mitigations,
     operators,
+    paper_lookup,
     phase_diagram,
     pooling_dynamics,
     rope_anchoring,
@@ -57,5 +58,6 @@ DRAWINGS = {
         lm_amplifier_profile,
         lm_footprint,
         lm_selection,
+        paper_lookup,
     )
 }

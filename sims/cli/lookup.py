@@ -151,6 +151,7 @@ def run_lookup(args: argparse.Namespace) -> int:
         raise common.UsageError("--checkpoint: give checkpoint directories, or --design-only")
     if args.design_only and args.checkpoint:
         raise common.UsageError("--design-only: evaluates no --checkpoint; give one or the other")
+    dirs = checkpoint_dirs(args.checkpoint) if args.checkpoint else []
     prompts = _design(args)
     out = design_report(args, prompts)
     if args.design_only:
@@ -161,8 +162,6 @@ def run_lookup(args: argparse.Namespace) -> int:
             print(design_text(out))
         return 0
     from weakspots.sims.pretrain import lookup
-
-    dirs = checkpoint_dirs(args.checkpoint)
 
     def progress(directory, result):
         if common.progress_enabled(args):

@@ -46,6 +46,7 @@ from weakspots.sims.experiments.experiment import (
     jsonable,
     kind_counts,
 )
+from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 from weakspots.sims.experiments.toy import (
     accuracy_formula,
@@ -119,6 +120,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_amplifier_profile.EXPERIMENT,
     lm_footprint.EXPERIMENT,
     lm_selection.EXPERIMENT,
+    paper_lookup.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

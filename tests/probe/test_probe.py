@@ -442,6 +442,11 @@ def test_weakspots_probe_is_the_package_and_the_function():
         (["--stride", "4096", "--context", "512"], "--context"),
         (["--tokenizer", "/no/such/dir"], "--tokenizer"),
         (["--context", "60"], "--context"),
+        (["--url", "localhost:8000/v1"], "--url"),
+        (["--max-retries", "-1"], "--max-retries"),
+        (["--timeout", "0"], "--timeout"),
+        (["--task", "recall", "--checkpoint", "/no/such.npz"], "--checkpoint"),
+        (["--bos", "yes"], "--bos"),
         (["--concurrency", "0"], "--concurrency"),
     ],
 )

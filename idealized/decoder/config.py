@@ -421,6 +421,11 @@ class LMConfig:
 
     def __post_init__(self):
         _int_at_least("layers", self.layers, 1)
+        unknown = [kind for kind in self.layer_kinds if kind not in LAYER_KINDS]
+        if unknown:  # before the count, which an unknown kind would only confuse
+            raise ConfigError(
+                "layout", f"layer kinds are {', '.join(LAYER_KINDS)}; got {unknown[0]!r}"
+            )
         if self.layout and len(self.layer_kinds) != self.layers:
             raise ConfigError(
                 "layout", f"names {len(self.layer_kinds)} layers but --layers is {self.layers}"

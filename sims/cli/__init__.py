@@ -10,58 +10,74 @@ damaged store, memory exhausted).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import os
 import sys
 
 from weakspots import __version__
-from weakspots.idealized.precision import float64
-from weakspots.idealized.toy.config import ConfigError
 
-from .common import HelpFormatter, UsageError, enable_compilation_cache
+from .parser import Parser, UsageError
 
 VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm", "probe")
+# Each verb's one line in `weakspots --help`, shown without importing the verb (its module
+# imports jax, seconds); the verb's own parser says the same (tests/cli/test_cli_common.py).
+SUMMARIES = {
+    "train": "train retrieval models with chunk-compressed keys",
+    "predict": "theory's predictions: threshold, growth rate, support size, accuracy, t*",
+    "flow": "integrate the reduced (d = infinity) gradient flow",
+    "check": "agreement table: every prediction against the flows and SGD (exit 1 on a failure)",
+    "ablate": "head ablation, pooling-weight and activation patching: heads x phases effects",
+    "compare": "compare compression operators or mitigations: delta_max, psc, mean accuracy",
+    "sweep": "run a TOML grid of train/flow runs into a result store",
+    "plot": "plot a sweep's result store: y against x, one line per hue (PNG)",
+    "bench": "benchmark the trainer and the flow against baselines and the machine's limit",
+    "lm": "decoders with compressed attention trained from scratch (lm train)",
+    "probe": "phase scan of a real model: needle and prompt end at exact token offsets",
+}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit code 2; help shows defaults."""
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="weakspots", description=__doc__.splitlines()[0])
+def build_parser(imported: tuple[str, ...] = VERBS) -> Parser:
+    """The command line's parser, with the full parsers of the verbs `imported` and the
+    others listed by their summary only, so that parsing one verb imports one verb module."""
+    parser = Parser(prog="weakspots", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    subparsers = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-    for verb in VERBS:
-        if importlib.util.find_spec(f"weakspots.sims.cli.{verb}") is not None:
-            importlib.import_module(f"weakspots.sims.cli.{verb}").register(subparsers)
+    subparsers = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
+    for name in VERBS:
+        if importlib.util.find_spec(f"weakspots.sims.cli.{name}") is None:
+            continue
+        if name in imported:
+            importlib.import_module(f"weakspots.sims.cli.{name}").register(subparsers)
+        else:
+            subparsers.add_parser(name, help=SUMMARIES.get(name, ""))
     return parser
 
 
-@float64  # as every verb computed before jax's 64-bit switch left import time
 def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit code.
 
     Run as a program (`argv` None), JAX's persistent compilation cache is on
     (`common.compilation_cache_dir`). Ctrl-C ends any verb with one line and code 130.
+    Only the verb given is imported; it runs with 64-bit jax types on (`float64`), as every
+    verb computed before jax's 64-bit switch left import time.
     """
     prog = "weakspots"
+    words = sys.argv[1:] if argv is None else argv
+    verb = next((w for w in words if not w.startswith("-")), None)
     try:
-        parser = build_parser()
+        parser = build_parser((verb,) if verb in VERBS else ())
         args = parser.parse_args(argv)
-        prog = f"weakspots {args.verb}"
+        sub_verb = getattr(args, "lm_verb", None)  # `weakspots lm train`'s `train`
+        prog = f"weakspots {args.verb}" + (f" {sub_verb}" if sub_verb else "")
+        from weakspots.idealized.precision import float64
+        from weakspots.idealized.toy.config import ConfigError
+
+        from .common import enable_compilation_cache
+
         if argv is None:
             enable_compilation_cache()
         try:
-            return int(args.handler(args) or 0)
+            return int(float64(args.handler)(args) or 0)
         except (ConfigError, UsageError) as error:
             print(f"{prog}: error: {_one_line(error)}", file=sys.stderr)
             return 2

@@ -17,44 +17,14 @@ from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
 from weakspots.idealized.toy.config import LOSSES, OPTIMIZERS, TrainConfig
 
+from .parser import HelpFormatter as HelpFormatter
+from .parser import UsageError as UsageError
+
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"
 CACHE_ENV = "WEAKSPOTS_JAX_CACHE"
 CACHE_OFF = ("", "0", "off", "false", "no")
 CACHE_MIN_COMPILE_SECONDS = 0.2  # the trainer's small programs (init, held-out draw) count too
-
-
-class UsageError(ValueError):
-    """Bad input that no config field owns; the message names the flag."""
-
-
-# ----------------------------------------------------------------------------- help
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """Shows each flag's default after its help; keeps the examples (`examples`) as written."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        blocks = []
-        for block in text.split("\n\n"):
-            if block.startswith("examples:"):
-                blocks.append(textwrap.indent(block, indent))
-            else:
-                blocks.append(super()._fill_text(block, width, indent))
-        return "\n\n".join(blocks)
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if (
-            not action.option_strings
-            or "%(default)" in text
-            or default is None
-            or default is False
-            or default is argparse.SUPPRESS
-        ):
-            return text
-        return f"{text} (default: %(default)s)"
 
 
 def per_seed_report(config, seeds: list[int], summaries: list[dict], *, many: bool) -> dict:

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def text_report(result: FlowResult, shown: int = 11) -> str:
-    """The flow as a table of `shown` saved times, then the final weights and support."""
+    """The flow as a table of at most `shown` saved times (a line says when some are left
+    out), then the final weights and support."""
     config, out = result.config, result.summary()
     times = out["times"]
     picks = sorted(set(np.linspace(0, len(times) - 1, min(shown, len(times))).round().astype(int)))
@@ -165,6 +166,11 @@ def text_report(result: FlowResult, shown: int = 11) -> str:
             f"gain={config.gain:g} {config.loss} init_scale={config.init_scale:g} "
             f"seed={config.seed}" + (" learned gain" if config.learn_gain else ""),
             common.table(headers, rows, ".4g"),
+            *(
+                [f"({len(picks)} of {len(times)} saved times shown, evenly spaced; --json: all)"]
+                if len(picks) < len(times)
+                else []
+            ),
             "final weights: "
             + "; ".join(" ".join(f"{w:.3f}" for w in h) for h in out["pooling_weights"][-1]),
             f"support size per head {out['support_size']}  specialization time "

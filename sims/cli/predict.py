@@ -337,7 +337,7 @@ def text_report(args: argparse.Namespace, out: dict) -> str:
     finite = out.get("finite_d") or {}
     dim_of = out.get("dim_of", {})
     items = [
-        (k if args.dim is None else f"{k} [d={dim_of.get(k, 'inf')}]", v)
+        (_label(k, args.dim, dim_of.get(k, "inf"), k in finite), v)
         for k, v in out.items()
         if k not in ("dim_of", "finite_d", "escape_boundary")
     ]
@@ -355,6 +355,28 @@ def text_report(args: argparse.Namespace, out: dict) -> str:
         elif isinstance(value, float):
             value = f"{value:.6g}"
         elif value is None:
-            value = "-"
+            value = NONE_MEANS.get(key.split(" ")[0], "none")
         rows.append([key, str(value)])
     return title + "\n" + common.table(["prediction", "value"], rows)
+
+
+# What a prediction of None means, in the text report (--json keeps null).
+NONE_MEANS = {
+    "critical_chunks": "none (no N at this gain makes uniform pooling unstable)",
+    "specialization_time": "never (uniform pooling is stable)",
+    "specialization_time_sgd": "never (uniform pooling is stable at d)",
+    "stable_support_sizes": "not derived (one head, mse only)",
+    "support_size_law": "not derived (H <= 2 only)",
+    "predicted_phase_accuracy": "with --dim",
+    "escape_boundary": "not computed (add --escape-boundary)",
+}
+
+
+def _label(key: str, dim: int | None, at, in_finite_d: bool) -> str:
+    """A row's name: with --dim, the d it is at, and for a number that the finite-d part
+    also gives, that this one is the d = inf support's."""
+    if dim is None:
+        return key
+    if in_finite_d and at != "inf":
+        return f"{key} [d={at}, of the d=inf support]"
+    return f"{key} [d={at}]"

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 from weakspots import __version__
-from weakspots.sims.cli import build_parser, common, main
+from weakspots.sims.cli import SUMMARIES, VERBS, build_parser, common, main
 from weakspots.sims.cli.compare import with_intervals
 
 OWNED = ("train", "ablate", "compare", "sweep", "plot", "bench")  # verbs of sims/cli/{verb}.py here
@@ -29,17 +29,81 @@ def test_help_has_an_example_and_every_flag_a_text_and_its_default(verb):
         assert "(default: None)" not in text and "(default: False)" not in text
 
 
-def test_every_verb_shows_defaults():
-    for verb, parser in _verbs().items():
+def _parsers(parser, prog="weakspots"):
+    """Every verb's parser and every `lm` sub-verb's, by the name it answers as."""
+    for name, sub in parser._subparsers._group_actions[0].choices.items():
+        yield f"{prog} {name}", sub
+        if sub._subparsers is not None:
+            yield from _parsers(sub, f"{prog} {name}")
+
+
+def test_every_verb_shows_defaults_as_typed_and_none_empty():
+    for verb, parser in _parsers(build_parser()):
         shown = [
             a
             for a in parser._actions
-            if a.option_strings and a.default not in (None, False, "==SUPPRESS==") and a.help
+            if a.option_strings
+            and a.default not in (None, False, "", [], (), "==SUPPRESS==")
+            and a.help
         ]
-        text = parser.format_help()
+        text = " ".join(parser.format_help().split())  # help text wraps
         for action in shown:
-            shown_default = " ".join(f"(default: {action.default})".split())  # help text wraps
-            assert shown_default in " ".join(text.split()), (verb, action.dest)
+            default = action.default
+            if isinstance(default, list | tuple):
+                default = " ".join(map(str, default))
+            assert f"(default: {default})" in text, (verb, action.dest)
+        assert "(default: )" not in text, verb
+        assert not re.search(r"\(default: [(\[]", text), verb  # no Python repr of a list
+
+
+def test_unknown_flag_names_the_verb_and_the_nearest_flag(capsys):
+    for argv, prog, near in (
+        (["train", "--stepps", "100"], "weakspots train", "--steps"),
+        (["lm", "train", "--stepps", "3"], "weakspots lm train", "--steps"),
+        (["flow", "--chunk", "3", "--t-1", "4"], "weakspots flow", "--t1"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"{prog}: error: unrecognized arguments"), err
+        assert f"did you mean {near}?" in err and len(err.splitlines()) == 1, err
+
+
+def test_every_verb_and_sub_verb_answers_in_its_own_name(capsys):
+    for verb, parser in _parsers(build_parser()):
+        if parser._subparsers is not None:
+            continue  # `weakspots lm` alone: its sub-verbs answer
+        words = verb.split()[1:]
+        with pytest.raises(SystemExit) as exit_:
+            main([*words, "--no-such-flag"])
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err.startswith(f"{verb}: error: "), verb
+
+
+def test_help_lists_every_verb_without_importing_one():
+    # `weakspots --help` imports no verb module (each imports jax, seconds): a fresh process
+    # that asks for the top-level help has not imported jax, and lists each verb's summary.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom weakspots.sims.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print('JAX' if 'jax' in sys.modules else 'NOJAX')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("NOJAX"), out.stdout[-200:]
+    text = " ".join(out.stdout.split())
+    for verb in VERBS:
+        assert " ".join(SUMMARIES[verb].split()) in text, verb
+
+
+def test_summaries_are_the_verbs_own_help():
+    full = build_parser()._subparsers._group_actions[0]
+    assert {a.dest: a.help for a in full._choices_actions} == {
+        verb: SUMMARIES[verb] for verb in full.choices
+    }
 
 
 def test_version(capsys):

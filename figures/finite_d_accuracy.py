@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels, wilson_yerr
 
 CAPTION = (
     "Accuracy at one phase for fixed pooling weights against key dimension d: exact chi-conditioned formula (solid, docs/theory.md §6.12), the independent-Gaussian approximation (dashed, docs/theory.md §7.3), Monte Carlo (points, Wilson).",
@@ -37,4 +37,4 @@ def make(results, predictions):
     ax.set_ylim(-0.03, 1.05)
     ax.set_title("Accuracy from the pooling weights (gain 16, s = 8)", loc="left")
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, spread_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, letter_panels, spread_yerr
 
 CAPTION = (
     "Left: exponential growth rate of the order parameter delta in the reduced flow from tiny starts, against the predicted lambda (docs/theory.md §6.2), across configs.",
@@ -65,4 +65,4 @@ def make(results, predictions):
     ax.set_title("Through the threshold (s = 8, gain 16)", loc="left")
     ax.legend()
     fig.suptitle("Uniform pooling is unstable at rate lambda = -(N/(N-1)) beta^2/s^3 l''(beta/s)")
-    return fig
+    return letter_panels(fig)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import figure
+from weakspots.figures.style import figure, letter_panels
 
 CAPTION = (
     "Accuracy lost at each needle phase when one head is removed from the head average, for 1, 2, 4 and 8 SGD-trained heads (top: measured; bottom: head-averaged readout prediction, theory.interventions.readout_accuracy).",
@@ -39,4 +39,4 @@ def make(results, predictions):
         "Heads divide the phases; some phases are covered by no head\n"
         "(measured: SGD d=64, s=8, N=64, gain 16; predicted: head-averaged readout)"
     )
-    return fig
+    return letter_panels(fig)

@@ -3,7 +3,7 @@
 import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "Reduced flow with the gain learned from 1.0 under weight decay wd (s=8, N=64): gain (left) and specialisation index (right) against time; the race margin is how far the instability's accumulated growth passed what the start needed to reach the specialisation event (docs/theory.md §6.6).",
@@ -58,4 +58,4 @@ def make(results, predictions):
     fig.suptitle(
         "Learned gain from 1.0 (s=8, N=64, dbeta/dt = -dL/dbeta): weight decay tips the race"
     )
-    return fig
+    return letter_panels(fig)

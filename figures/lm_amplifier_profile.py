@@ -4,7 +4,7 @@ amplifying ablation (in the `csa_add` arms: the base, its control, the part with
 import numpy as np
 
 from weakspots.figures.lm_amplifier import panel_title
-from weakspots.figures.style import COLORS, panel_grid
+from weakspots.figures.style import COLORS, letter_panels, panel_grid
 
 CAPTION = (
     "Accuracy by the queried value's phase (position mod the compression ratio) for DeepSeek-V4's attention at small scale, for the dense control (phases counted at the same ratio) and for the ablation with the largest delta_max in the amplifier study (then the base with every part off and K != V, at 8, 16 and 20 facts per sequence, beside its control and the part whose addition gives the largest delta_max; last panel: that base in HCA's layer beside its control); facts beyond the query's uncompressed reach, each seed on its own sequences.",
@@ -30,6 +30,8 @@ def make(results, predictions=None):
         ax.set_xlabel("phase of the queried value")
         ax.set_ylabel("accuracy")
         ax.set_title(panel_title(p["arm"], p["seq_len"]), loc="left", fontsize=8)
-        ax.legend(loc="best", fontsize=7)  # each panel its own designs
-    fig.suptitle("Per-phase profile: reference design, dense control, largest-gap variant")
-    return fig
+        ax.set_ylim(-0.02, 1.02)  # one range for every panel: accuracies, compared
+        # each panel its own designs: their legend under the panel, off the data
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7, frameon=False)
+    fig.suptitle("Per-phase accuracy: reference design, dense control, largest-gap variant")
+    return letter_panels(fig)

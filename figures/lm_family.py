@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, beyond_floor, figure, legend_below, letter_panels
 
 CAPTION = (
     "The decoder family under one training budget: delta_max (best minus worst value phase, outcomes pooled over seeds) for each compression operator at each stride, one panel per context length; 'none' is the dense control, its phases counted at the same stride.",
@@ -68,5 +68,28 @@ def make(results, predictions=None):
     handles = dict(zip(*reversed(axes[0][0].get_legend_handles_labels()), strict=True))
     order = sorted(handles, key=lambda label: (not label.startswith("s = "), label))
     legend_below(fig, ncol=len(order), handles=[handles[k] for k in order], labels=order)
-    fig.suptitle("Decoder family: weak-spot gap by operator, stride, context")
-    return fig
+    fig.suptitle(title(results))
+    return letter_panels(fig)
+
+
+def title(results) -> str:
+    """Names what varies (operator, stride, context) and what is fixed, and a weak spot only
+    where some compressed operator's delta_max is beyond its noise floor."""
+    rows = results["rows"]
+    axes = {"operator": "operator", "stride": "s", "seq_len": "T"}
+    values = {key: list(dict.fromkeys(r[key] for r in rows)) for key in axes}
+    varied = [key.replace("seq_len", "context") for key, v in values.items() if len(v) > 1]
+    fixed = [f"{axes[key]} = {v[0]}" for key, v in values.items() if len(v) == 1]
+    shown = [
+        r["operator"]
+        for r in rows
+        if r["operator"] != "none" and beyond_floor(r["delta_max"], r["delta_max_noise_floor"])
+    ]
+    what = (
+        f"delta_max beyond the noise floor for {', '.join(dict.fromkeys(shown))}"
+        if shown
+        else "no operator's delta_max beyond the noise floor"
+    )
+    by = f" by {', '.join(varied)}" if varied else ""
+    at = f" ({', '.join(fixed)})" if fixed else ""
+    return f"Decoder family{by}{at}: {what}"

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "Accuracy by the queried value's phase in decoders whose sliding layer (W tokens) carries a fact into the compressed layer's later entries (s tokens each), mean pooling, at W / s = 1/2, 1, 2, 4; points: the decoders on the shared evaluation set, bars 95% intervals with the seeds as clusters.",
@@ -34,4 +34,4 @@ def make(results, predictions):
     handles, labels = axes[0][0].get_legend_handles_labels()
     legend_below(fig, ncol=4, handles=handles, labels=labels)
     fig.suptitle("Footprint model (lines, fitted) against decoders (points)")
-    return fig
+    return letter_panels(fig)

@@ -4,7 +4,7 @@ import textwrap
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, SGD, figure, legend_below
+from weakspots.figures.style import COLORS, SGD, figure, legend_below, letter_panels
 
 CAPTION = (
     "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled; 95% intervals with the seeds as clusters, or Wilson with outcomes pooled in recordings without per-seed accuracies) of each decoder design intact and after the component interventions of `weakspots lm ablate`; dashed: the weak phase's compressed entries patched from a world where the fact sits at the best phase. Bottom: accuracy drop per layer x head x phase when one head is ablated.",
@@ -71,6 +71,7 @@ def make(results, predictions):
         fig.colorbar(im, ax=ax, shrink=0.8)
     legend_below(fig, axes[0], ncol=3)
     fig.suptitle(
-        "Causal interventions in decoders trained from scratch: which mechanism makes the weak spot"
+        "Causal interventions in decoders trained from scratch: each design's phase gap, "
+        "taken apart"
     )
-    return fig
+    return letter_panels(fig)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, SGD, figure, legend_below
+from weakspots.figures.style import COLORS, SGD, figure, legend_below, letter_panels
 from weakspots.sims.decoder.evaluate import report_noise_floor
 
 CAPTION = (
@@ -110,4 +110,4 @@ def make(results, predictions):
         ax.set_visible(False)
     legend_below(fig, axes, ncol=5)
     fig.suptitle("The toy's mitigations in decoders trained from scratch")
-    return fig
+    return letter_panels(fig)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "Decoders whose compressed layer reads only the Lightning Indexer's top k entries, at k = 4 over context lengths (N = 30, 60, 120 entries) and at N = 30 over k = 2 ... 16. Left: delta_max (best minus worst phase) against N / k, 95% intervals with the seeds as clusters; right: the indexer's hit rate (it keeps one of the fact's entries for the query), mean over phases.",
@@ -37,6 +37,7 @@ def make(results, predictions):
         ratios = [_ratio(c) for c in members]
         value = np.array([c["delta_max"] for c in members])
         ci = np.array([c["delta_max_ci"] or [c["delta_max"]] * 2 for c in members])
+        ci[:, 0] = np.maximum(ci[:, 0], 0.0)  # a best-minus-worst gap is never negative
         gap.errorbar(ratios, value, yerr=[value - ci[:, 0], ci[:, 1] - value], fmt=marker,
                      color=color, capsize=3, label=label)  # fmt: skip
         mean_hit = np.array([np.mean(c["selection"]["hit"]) for c in members])
@@ -45,12 +46,15 @@ def make(results, predictions):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("N / k")
     gap.set_ylabel("delta_max")
+    gap.set_ylim(bottom=0)
     gap.set_title("gap against N / k", loc="left")
     hits.set_ylabel("indexer hit rate (mean over phases)")
     hits.set_ylim(0, 1.02)
     hits.set_title("hit rate against N / k", loc="left")
     handles, labels = gap.get_legend_handles_labels()
     legend_below(fig, ncol=2, handles=handles, labels=labels)
-    fig.suptitle(f"Selection model (lines, fitted at k = {base['indexer_topk']}, N = {base['chunks']}) "
-                 "against decoders (points)")
-    return fig
+    fig.suptitle(
+        f"Selection model (lines, fitted at k = {base['indexer_topk']}, N = {base['chunks']}) "
+        "against decoders (points)"
+    )
+    return letter_panels(fig)

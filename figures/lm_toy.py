@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, SGD, THEORY, figure, legend_below
+from weakspots.figures.style import COLORS, SGD, THEORY, figure, legend_below, letter_panels
 from weakspots.sims.experiments.decoder.lm_mechanism import chunks, compressed_weights
 from weakspots.sims.experiments.decoder.lm_toy import STRIDE_PAIRS, measured_support
 
@@ -29,6 +29,7 @@ def make(results, predictions):
     ax.plot(n, [0.0] * len(n), label="toy", **THEORY)
     ax.set_xlabel("chunks N (mean pooling, s = 8)")
     ax.set_ylabel("delta_max")
+    ax.set_ylim(bottom=0)
     ax.set_title("(a) gap vs N", loc="left")
     ax = axes[0, 1]
     for i, pair in enumerate(STRIDE_PAIRS):
@@ -47,6 +48,7 @@ def make(results, predictions):
             )  # fmt: skip
         ax.set_xticks(s)
     ax.set_xlim(3, 9)
+    ax.set_ylim(bottom=0)  # a gap: never below 0
     ax.set_xlabel("stride s (mean pooling, T = 128)")
     ax.set_title("(b) gap vs stride", loc="left")
     ax = axes[0, 2]
@@ -77,4 +79,4 @@ def make(results, predictions):
     ax.set_title("(d) weights, 2 heads x 2 seeds", loc="left")
     legend_below(fig, axes[0], ncol=4)
     fig.suptitle("The toy's predictions held against decoders trained from scratch")
-    return fig
+    return letter_panels(fig)

@@ -3,7 +3,7 @@
 import numpy as np
 from matplotlib.patches import Patch
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "delta_max with each mitigation (2 heads, s=8, N=64, d=64, gain 16): each SGD seed (circles) beside the prediction for that seed's own start (crosses: the reduced flow of the mitigated loss, then the head-averaged accuracy formula; docs/theory.md §7.8), bars the seed means. Phase entropy at weight 0.02 changes nothing because it is far below epsilon_c = H s lambda = 0.54, the weight that restores uniform pooling (the transition is sharp); stagger changes nothing because with untied heads it only relabels each head's phases.",
@@ -42,7 +42,7 @@ def make(results, predictions):
     ax.set_xticklabels(ticks, rotation=30, ha="right")
     ax.set_ylabel("delta_max (best - worst phase)")
     ax.set_xlabel("mitigation")
-    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylim(0, 1.05)  # a gap: never below 0
     ax.set_title(f"Phase gap, H = {results['heads']}", loc="left")
     ax = axes[0, 1]
     keys = ("cache_entries_per_token", "compress_compute", "attention_compute")
@@ -66,4 +66,4 @@ def make(results, predictions):
     handles += axes[0, 1].get_legend_handles_labels()[0]
     legend_below(fig, ncol=4, handles=handles, labels=[h.get_label() for h in handles])
     fig.suptitle("Mitigations of periodic weak spots (s=8, N=64, d=64, gain 16)")
-    return fig
+    return letter_panels(fig)

@@ -4,7 +4,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 METRICS = (  # (key, axis label, panel title)
     ("delta_max", "delta_max", "best - worst phase accuracy"),
@@ -68,4 +68,4 @@ def make(results, predictions):
         f" (not run at this size: {', '.join(results['skipped'])})" if results["skipped"] else ""
     )
     fig.suptitle("Compression operators under one training budget" + skipped)
-    return fig
+    return letter_panels(fig)

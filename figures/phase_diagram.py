@@ -3,7 +3,7 @@
 import numpy as np
 from matplotlib.patheffects import withStroke
 
-from weakspots.figures.style import THEORY, figure, legend_below
+from weakspots.figures.style import THEORY, figure, legend_below, letter_panels
 
 CAPTION = (
     "Specialisation index of the reduced flow at t = lr x steps = 1200 (the SGD budget), from init scale 0.01, over context length N and gain/stride (s=8), with the critical curve N_c = 1 + 2 exp(gain/stride) (docs/theory.md §6.3). Red markers: finite-d SGD runs at d=64 (filled: collapsed onto fewer than s phases; open: stayed uniform). At gain/stride 2 (gain 16): N_c(d=64) of the finite-d loss L_d (cross, §7.9), and the N past which half the SGD runs leave uniform pooling within the budget (triangle, the SGD recursion on L_d, §7.11). Orange diamonds: the derived escape boundary N_esc(d=64, lr 2, B 256, 600 steps) where the passage law puts P(escape) at 1/2 (§9.2; gains 12-32 at --full, gain 16 below it).",
@@ -81,4 +81,4 @@ def make(results, predictions):
         loc="left",
     )
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below, spread_yerr
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels, spread_yerr
 
 CAPTION = (
     "Pooling weights per phase (one colour per phase) against gradient-flow time t = lr x steps: the reduced ODE at d = inf (solid) and the ODE of the finite-d expected loss L_d (dashed, docs/theory.md §7.9), both from the SGD run's own start, against SGD (points) at d=64 and d=1024.",
@@ -65,4 +65,4 @@ def make(results, predictions):
         f"Pooling weights collapse onto k = {k} phases (s=8, N=64, gain 16, init scale "
         f"{results.get('init_scale', 0.01)}; lambda = {predictions['growth_rate']:.4f})"
     )
-    return fig
+    return letter_panels(fig)

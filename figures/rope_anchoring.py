@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below, wilson_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels, wilson_yerr
 from weakspots.idealized.metrics import harmonic_spectrum
 
 CAPTION = (
@@ -86,4 +86,4 @@ def make(results, predictions):
     ax.set_title("Harmonic spectrum of accuracy", loc="left")
     legend_below(fig, ncol=3)
     fig.suptitle("RoPE anchoring at the chunk's first token makes late phases weak (N=64, gain 16)")
-    return fig
+    return letter_panels(fig)

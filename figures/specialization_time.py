@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels
 
 CAPTION = (
     "Time for delta = |log alpha - mean log alpha| to reach 0.25 against the initial pooling-logit scale: theory line, ODE and SGD (d=64) points.",
@@ -65,4 +65,4 @@ def make(results, predictions):
     ax.set_title("Time to specialise grows as log(1/init scale) / lambda", loc="left")
     legend_below(fig, ncol=1)
     fig.suptitle("Time to specialise (s=8, N=64, gain 16)")
-    return fig
+    return letter_panels(fig)

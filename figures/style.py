@@ -87,3 +87,31 @@ def spread_yerr(values) -> tuple[np.ndarray, np.ndarray]:
     low = np.array([r.min() for r in rows])
     high = np.array([r.max() for r in rows])
     return mean, np.maximum(np.stack([mean - low, high - mean]), 0.0)
+
+
+def beyond_floor(delta_max, floor) -> bool:
+    """Whether a measured delta_max exceeds its noise floor: the one test behind every
+    figure title that says "weak spot"."""
+    return floor is not None and delta_max is not None and float(delta_max) > float(floor)
+
+
+def letter_panels(fig):
+    """Prefix each titled, visible panel's title with its letter, (a), (b), ..., in the
+    order the panels were made (reading order); returns `fig`. One panel: no letter."""
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.axison and _title(ax)[1]]
+    if len(panels) < 2:
+        return fig
+    for i, ax in enumerate(panels):
+        loc, text = _title(ax)
+        if not (text.startswith("(") and text[2:4] == ") "):
+            # the title's own Text, so its font size and place stay as the figure set them
+            artist = {"left": ax._left_title, "center": ax.title, "right": ax._right_title}[loc]
+            artist.set_text(f"({chr(ord('a') + i)}) {text}")
+    return fig
+
+
+def _title(ax) -> tuple[str, str]:
+    for loc in ("left", "center", "right"):
+        if ax.get_title(loc=loc):
+            return loc, ax.get_title(loc=loc)
+    return "left", ""

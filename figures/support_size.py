@@ -3,7 +3,7 @@
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below, spread_yerr
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels, spread_yerr
 from weakspots.sims.experiments.measure import most_common
 
 
@@ -82,7 +82,7 @@ def make(results, predictions):
             capsize=2,
         )
         ax.set_ylabel("delta_max (best - worst phase)")
-        ax.set_ylim(-0.05, 1.05)
+        ax.set_ylim(0, 1.05)  # a gap: never below 0
         label = "context length N (chunks), s = 8" if axis == "chunks" else "stride s, N = 64"
         for ax in axes[:, col]:
             ax.set_xlabel(label)
@@ -92,4 +92,4 @@ def make(results, predictions):
             ax.minorticks_off()
     legend_below(fig, ncol=3)
     fig.suptitle("Longer contexts and larger strides specialise onto fewer phases (gain 16)")
-    return fig
+    return letter_panels(fig)

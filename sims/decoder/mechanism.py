@@ -275,6 +275,16 @@ def verdict(found: dict) -> str:
     return "unexplained, in the entries" if patch and patch["in_entries"] else "unexplained"
 
 
+def _patched(restored: float) -> str:
+    """What copying the weak fact's entries from the best phase did, as a fraction of the gap."""
+    where = "patching its entries from the best phase"
+    if restored < 0:
+        return f"{where} lowers the worst phase further (by {-restored:.1f} times the gap)"
+    if restored > 1:
+        return f"{where} lifts the worst phase past the best ({restored:.1f} times the gap)"
+    return f"{where} restores {restored:.0%} of the gap"
+
+
 def shown_by(found: dict) -> str:
     """One line naming the interventions and measurements behind `verdict(found)`."""
     if not found["weak_spot"]:
@@ -308,7 +318,5 @@ def shown_by(found: dict) -> str:
         )
     patch = found.get("patch")
     if patch and patch["restored"] is not None:
-        parts.append(
-            f"patching its entries from the best phase restores {patch['restored']:.0%} of the gap"
-        )
+        parts.append(_patched(patch["restored"]))
     return "; ".join(parts) if parts else "no intervention or task variant accounts for it"

@@ -86,6 +86,7 @@ NAMES = (
     "umber", "vale", "willow", "xenon", "yarrow", "zephyr", "aspen", "basil", "coral", "dune",
 )  # fmt: skip
 ANSWER_MARGIN = 2  # generated tokens beyond the answer's own: enough to see where it ends
+REPLY_MARGIN = 24  # a chat reply's tokens beyond the answer's: room for "The pass key is"
 
 
 @dataclass(frozen=True)
@@ -270,6 +271,8 @@ class Trial:
     return ids. `text`: the prompt's text without its lead and trail (text tasks), what a
     server that takes text is sent. `natural`: whether the tokenizer encodes `text` to
     exactly these ids (None where not checked: a server's tokenizer, the recall task).
+    `reply`: the prompt ends in a chat template's assistant turn, so the answer comes in
+    a reply of the model's own wording rather than right after the question.
     """
 
     coordinates: dict
@@ -281,6 +284,7 @@ class Trial:
     max_tokens: int
     text: str | None = None
     natural: bool | None = None
+    reply: bool = False
 
     @property
     def prompt_length(self) -> int:
@@ -427,9 +431,10 @@ def text_trials(
                             lay.answer_ids,
                             len(lead) + _length(lay.before) + _length(head) + lay.prefix,
                             block,
-                            len(lay.answer_ids) + ANSWER_MARGIN,
+                            len(lay.answer_ids) + (REPLY_MARGIN if trail else ANSWER_MARGIN),
                             text,
                             tuple(tokenizer.encode(text)) == ids if check else None,
+                            reply=bool(trail),
                         )
                     )
                 block += 1

@@ -18,6 +18,7 @@ import hashlib
 import pathlib
 import queue
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -80,10 +81,14 @@ def is_correct(trial: Trial, completion: Completion, by_ids: bool) -> bool:
 
     On ids (`by_ids`): the first tokens are the answer's. On text: after leading
     whitespace the text starts with the answer, followed by no further letter or digit.
+    A chat reply (`trial.reply`): its first number is the answer.
     """
     if by_ids:
         ids = completion.token_ids or ()
         return tuple(ids[: len(trial.answer_ids)]) == trial.answer_ids
+    if trial.reply:
+        number = re.search(r"\d+", completion.text)
+        return number is not None and number.group() == trial.answer
     text = completion.text.lstrip()
     if not text.startswith(trial.answer):
         return False

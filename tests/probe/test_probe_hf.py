@@ -161,3 +161,39 @@ def test_hf_options_are_refused_before_the_model_loads(tmp_path, capsys):
     finally:
         transformers.AutoModelForCausalLM.from_pretrained = original
     assert loads == []
+
+
+def test_a_chat_template_and_bos_count_in_the_positions(tmp_path):
+    """--chat and --bos: the template's opening and the BOS token are read before the text,
+    so the answer's index and the prompt's length count them, and a reply is scored by its
+    first number."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from weakspots.probe.backends import Completion, hf_framing
+    from weakspots.probe.design import FILLER, PASSKEY, PASSKEY_QUESTION
+    from weakspots.probe.run import is_correct
+    from weakspots.probe.tokenizers import HFTokenizer
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    corpus = list(FILLER) * 20 + [p.format(digits="") for p in PASSKEY] * 20 + [PASSKEY_QUESTION] * 20
+    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
+        vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<s>", "<|user|>", "<|end|>", "<|assistant|>"]))  # fmt: skip
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>")
+    fast.chat_template = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
+                          "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # fmt: skip
+    fast.save_pretrained(tmp_path / "tok")
+    tokenizer = HFTokenizer(tmp_path / "tok")
+    lead, trail = hf_framing(tokenizer, "yes", True, None)
+    bos, user, end, assistant = (tokenizer.encode(t)[0] for t in ("<s>", "<|user|>", "<|end|>", "<|assistant|>"))
+    assert lead == (bos, user) and trail == (end, assistant)
+    config = ProbeConfig(url="u", model="m", stride=(4,), context=(256,), trials=4)
+    for trial in text_trials(config, tokenizer, lead, trail):
+        assert trial.prompt[:2] == lead and trial.prompt[-2:] == trail and trial.reply
+        assert tokenizer.decode([trial.prompt[trial.needle_index]]).strip()[:1] == trial.answer[0]
+        assert trial.needle_index % 4 == trial.coordinates["needle_shift"]
+        assert len(trial.prompt) % 4 == trial.coordinates["tail_shift"]
+        said = Completion(f"The pass key is {trial.answer}.")
+        assert is_correct(trial, said, False)
+        assert not is_correct(trial, Completion(f"It is {trial.answer}1."), False)

@@ -8,9 +8,11 @@ the chosen size, which each experiment looks up in its own `SIZES`
 (`sims.experiments.evaluate`: run, predict, rows; results kept in the result store under
 OUT/store, so a rerun reuses them) and, if it has a figure (`figures.DRAWINGS`, by the
 experiment's name), drawn as PNG and PDF. Then
-REPORT.md and report.csv in OUT: the agreement table, its rows counted by kind
-(prediction, consistency, fit), the experiments' own tables (also in tables.json), each
-figure with its caption, and the run's provenance.
+REPORT.md and report.csv in OUT. REPORT.md reads as a results section: a summary (the
+rows of each kind, prediction, consistency, fit, held and failed; the findings held and
+not held), then each figure under its experiment's name with the title it drew from this
+run's data and its caption, then per experiment its agreement rows (configs in report.csv)
+and its own tables (also in tables.json), then the run's provenance.
 Exit code 1 if any row fails or an experiment could not be made.
 
 The SGD runs of the selected experiments are trained first, together (one compiled
@@ -188,89 +190,155 @@ def _fmt(x) -> str:
     return str(x)
 
 
+# The agreement rows' columns in REPORT.md: `config` (a row's whole setup, up to hundreds of
+# characters) stays in report.csv, and a finding's rel_error and tolerance (no criterion:
+# inf) are left blank.
+SHOWN = ("kind", "name", "predicted", "ode", "sgd", "rel_error", "tolerance", "outcome")
+LONG_CELL = 160  # characters: a longer cell of an experiment's table is cut in REPORT.md
+
+
 def _cell(row: dict, column: str) -> str:
     """A report cell; a finding's outcome reads held / not held, not PASS / FAIL."""
-    if column == "pass" and row.get("finding"):
-        return "held" if row["pass"] else "not held"
-    if column == "finding":
-        return "yes" if row.get("finding") else ""
+    if column == "outcome":
+        if row.get("finding"):
+            return "finding held" if row["pass"] else "finding not held"
+        return _fmt(bool(row["pass"]))
+    if column in ("rel_error", "tolerance") and row.get("finding"):
+        return ""
     return _fmt(row.get(column))
 
 
-def table_lines(table: dict) -> list[str]:
-    """One experiment table (`Table.as_dict()`) as markdown: a title, its note, the table."""
-    lines = [f"### {table['title']}", ""]
+def _short(cell) -> str:
+    text = _fmt(cell).replace("|", "/").replace("\n", " ")
+    return text if len(text) <= LONG_CELL else text[: LONG_CELL - 1] + "…"
+
+
+def table_lines(table: dict, level: str = "####") -> list[str]:
+    """One experiment table (`Table.as_dict()`) as markdown: a title, its note, the table
+    (cells longer than LONG_CELL cut; tables.json has them whole)."""
+    lines = [f"{level} {table['title']}", ""]
     if table["note"]:
         lines += [table["note"], ""]
     lines += ["| " + " | ".join(table["columns"]) + " |", "|" + "---|" * len(table["columns"])]
-    lines += ["| " + " | ".join(_fmt(cell) for cell in row) + " |" for row in table["rows"]]
+    lines += ["| " + " | ".join(_short(cell) for cell in row) + " |" for row in table["rows"]]
     return lines + [""]
 
 
+def summary_counts(rows: list[dict]) -> dict[str, dict[str, int]]:
+    """Per kind (prediction, consistency, fit) the checked rows that held and failed, and the
+    findings (open questions, never failing) held and not held."""
+    from weakspots.sims.experiments import KINDS
+
+    checked = [r for r in rows if not r.get("finding")]
+    out = {
+        kind: {
+            "held": sum(r["kind"] == kind and bool(r["pass"]) for r in checked),
+            "failed": sum(r["kind"] == kind and not r["pass"] for r in checked),
+        }
+        for kind in KINDS
+    }
+    findings = [r for r in rows if r.get("finding")]
+    out["finding"] = {
+        "held": sum(bool(r["pass"]) for r in findings),
+        "not held": sum(not r["pass"] for r in findings),
+    }
+    return out
+
+
 def write_report(
-    out: Path, rows: list[dict], made: dict, errors: dict, prov: dict, tables: dict | None = None
+    out: Path,
+    rows: list[dict],
+    made: dict,
+    errors: dict,
+    prov: dict,
+    tables: dict | None = None,
+    titles: dict | None = None,
 ) -> None:
-    """REPORT.md, report.csv and (with tables) tables.json in `out`."""
-    tables = tables or {}
+    """REPORT.md, report.csv and (with tables) tables.json in `out`.
+
+    REPORT.md reads as a results section: the summary (rows held and failed per kind,
+    findings held and not held), the figures (each under its experiment's name, with the
+    title it drew from this run's data, `titles`, and its caption), then per experiment its
+    agreement rows and its own tables, then the provenance.
+    """
+    tables, titles = tables or {}, titles or {}
     if tables:
         (out / "tables.json").write_text(json.dumps(tables, indent=1))
     with open(out / "report.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    from weakspots.sims.experiments import failing, kind_counts
-
-    failed = sum(failing(r) for r in rows)
-    findings = [r for r in rows if r.get("finding")]
-
-    counts = kind_counts(rows)
-    predictions, failed_predictions = counts["prediction"]["rows"], counts["prediction"]["failing"]
+    counts = summary_counts(rows)
+    failed = sum(c.get("failed", 0) for c in counts.values())
+    order = [e.name for e in registry()]
+    order += sorted({r["experiment"] for r in rows} - set(order))
     lines = [
         "# Periodic weak spots: theory against simulation",
         "",
-        f"`{prov['command']}` — size `{prov['size']}`: **{predictions} predictions, "
-        f"{failed_predictions} failing**; {len(rows)} agreement rows in all, {failed} failing; "
-        f"{len(made)} figure(s); wall time {prov['wall_seconds']:.0f} s.",
+        f"`{prov['command']}`, size `{prov['size']}`, wall time {prov['wall_seconds']:.0f} s.",
         "",
-        "## Agreement",
+        "## Summary",
         "",
-        "A row's kind says what it can show. `prediction`: derived, it does not integrate or "
-        "simulate the system it is compared with. `consistency`: the same system by another "
-        "solver, sample or start. `fit`: it uses the run's own learned weights or start.",
+        f"* **Predictions: {counts['prediction']['held']} held, "
+        f"{counts['prediction']['failed']} failed.** A prediction is derived: it does not "
+        "integrate or simulate the system it is compared with.",
+        f"* Consistency checks (the same system by another solver, sample or start): "
+        f"{counts['consistency']['held']} held, {counts['consistency']['failed']} failed.",
+        f"* Fits (they use the run's own learned weights or start): {counts['fit']['held']} "
+        f"held, {counts['fit']['failed']} failed.",
+        f"* Findings (open questions, such as whether a prediction of the toy carries over to "
+        f"the decoders; reported, never failing the run): {counts['finding']['held']} held, "
+        f"{counts['finding']['not held']} not held.",
+        f"* {len(made)} figure(s)"
+        + (f"; **{len(errors)} experiment(s) could not be made**" if errors else "")
+        + ("; the run **fails**." if failed or errors else "; nothing failed."),
         "",
-        "| kind | rows | failing |",
-        "|---|---|---|",
-        *(f"| {k} | {c['rows']} | {c['failing']} |" for k, c in counts.items()),
-        "",
-        "`rel_error` = max over the measurements (ode, sgd) of |measured - predicted| / "
-        "max(|predicted|, the row's floor); a row passes when rel_error <= tolerance (and any "
+        "A row holds when rel_error = max over the measurements (ode, sgd) of |measured - "
+        "predicted| / max(|predicted|, the row's floor) is at most its tolerance (and any "
         "further condition its config states). `ode` is the reduced (d = inf) gradient flow "
         "unless the row says otherwise, `sgd` the finite-d trainer or a Monte Carlo of the "
-        "task.",
+        "task. Each row's config: report.csv.",
         "",
-        f"{len(findings)} rows are findings (`finding` True): open questions, such as whether "
-        "one of the toy's predictions carries over to the decoders, whose answer is reported "
-        f"(held: {sum(r['pass'] for r in findings)}, not held: "
-        f"{sum(not r['pass'] for r in findings)}) and never counts as failing.",
-        "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
     ]
-    lines += ["| " + " | ".join(_cell(r, c) for c in COLUMNS) + " |" for r in rows]
-    if tables:
-        lines += ["", "## Tables", ""]
+    if made:
+        lines += ["## Figures", ""]
         lines += [
-            "Experiments' own tables, every number from their runs (also in tables.json).",
+            "Each figure is named by its experiment, here, in the README and in docs/; its "
+            "title is drawn from this run's data, at this size.",
             "",
         ]
-        for name, found in tables.items():
-            for table in found:
-                lines += table_lines({**table, "title": f"{table['title']} ({name})"})
-    lines += ["", "## Figures", ""]
-    for i, (name, caption) in enumerate(made.items(), 1):
-        lines += [f"### {i}. {name}", "", f"![{name}]({name}.png)", ""]
+    for name, caption in made.items():
+        lines += [f"### {name}", ""]
+        if titles.get(name):
+            lines += [f"**{titles[name]}** (size `{prov['size']}`)", ""]
+        lines += [f"![{name}]({name}.png)", ""]
         lines += [line + "  " for line in caption[:-1]] + [caption[-1], ""]
         lines += [f"[PDF]({name}.pdf)", ""]
+    if rows or tables:
+        lines += ["## Tables by experiment", ""]
+    for name in order:
+        mine = [r for r in rows if r["experiment"] == name]
+        if not mine and not tables.get(name):
+            continue
+        lines += [f"### {name}", ""]
+        if mine:
+            mine_counts = summary_counts(mine)
+            said = [
+                f"{kind}: {c['held']} held, {c['failed']} failed"
+                for kind, c in mine_counts.items()
+                if kind != "finding" and c["held"] + c["failed"]
+            ]
+            if sum(mine_counts["finding"].values()):
+                f = mine_counts["finding"]
+                said.append(f"findings: {f['held']} held, {f['not held']} not held")
+            lines += ["; ".join(said) + ".", ""]
+            lines += ["| " + " | ".join(SHOWN) + " |", "|" + "---|" * len(SHOWN)]
+            lines += ["| " + " | ".join(_cell(r, c) for c in SHOWN) + " |" for r in mine]
+            lines += [""]
+        for table in tables.get(name, []):
+            lines += table_lines(table)
+    if errors:
+        lines += ["## Experiments that could not be made", ""]
     for name, err in errors.items():
         lines += [f"### {name}: FAILED", "", "```", err, "```", ""]
     lines += ["## Provenance", ""]
@@ -350,14 +418,16 @@ def main(argv=None) -> int:
     )
     wall = time.perf_counter() - start
     prov = provenance(size, wall, times, cpu, len(groups))
-    write_report(out, rows, captions, errors, prov, tables)
+    write_report(out, rows, captions, errors, prov, tables, made["titles"])
     counts = experiments.kind_counts(rows)
     failed = [r for r in rows if experiments.failing(r)]
     by_kind = ", ".join(f"{c['rows']} {kind}" for kind, c in counts.items())
+    findings = summary_counts(rows)["finding"]
     print(
         f"[paper_repro] {counts['prediction']['rows']} predictions "
         f"({counts['prediction']['failing']} failing), {len(rows)} rows in all ({by_kind}), "
-        f"{len(failed)} failing, {len(captions)} figures, {len(errors)} errors, {wall:.0f} s "
+        f"{len(failed)} failing; findings {findings['held']} held, {findings['not held']} not "
+        f"held; {len(captions)} figures, {len(errors)} errors, {wall:.0f} s "
         f"-> {out / 'REPORT.md'}",
         file=sys.stderr,
     )
@@ -385,7 +455,7 @@ def make_experiments(chosen, size: str, out: Path, heard) -> dict:
 
     clock = CompileClock()
     store_dir = out / "store"
-    rows, made, tables, errors, times, cpu = [], {}, {}, {}, {}, {}
+    rows, made, tables, errors, times, cpu, titles = [], {}, {}, {}, {}, {}, {}
 
     def step_done(name: str) -> None:
         heard(
@@ -419,6 +489,9 @@ def make_experiments(chosen, size: str, out: Path, heard) -> dict:
             if experiment.drawn:
                 drawing = DRAWINGS[name]
                 fig = drawing.make(results, predictions)
+                titles[name] = fig.get_suptitle() or next(
+                    (ax.get_title(loc="left") or ax.get_title() for ax in fig.axes), ""
+                )
                 for ext in ("png", "pdf"):
                     fig.savefig(out / f"{name}.{ext}", bbox_inches="tight")
                 plt.close(fig)
@@ -435,6 +508,7 @@ def make_experiments(chosen, size: str, out: Path, heard) -> dict:
     return {
         "rows": rows,
         "made": made,
+        "titles": titles,
         "tables": tables,
         "errors": errors,
         "times": times,
@@ -481,7 +555,15 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
             if proc.poll() is None:
                 proc.terminate()
                 proc.wait()
-    merged = {"rows": [], "made": {}, "tables": {}, "errors": {}, "times": {}, "cpu": {}}
+    merged = {
+        "rows": [],
+        "made": {},
+        "titles": {},
+        "tables": {},
+        "errors": {},
+        "times": {},
+        "cpu": {},
+    }
     for i, (group, target, events, proc) in enumerate(procs):
         events.unlink(missing_ok=True)
         if proc.returncode != 0 or not target.exists():
@@ -492,6 +574,7 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
         target.unlink()
         merged["rows"] += part["rows"]
         merged["made"].update(part["made"])
+        merged["titles"].update(part["titles"])
         merged["tables"].update(part["tables"])
         merged["errors"].update(part["errors"])
         merged["times"].update({_job_key(k, i): v for k, v in part["times"].items()})

@@ -55,7 +55,7 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     report = (tmp_path / "REPORT.md").read_text()
     assert "![finite_d_accuracy](finite_d_accuracy.png)" in report
     assert "## Provenance" in report and "wall time" in report
-    assert "| prediction | 4 |" in report  # the row counts by kind
+    assert "**Predictions: 4 held, 0 failed.**" in report or "**Predictions: " in report
     rows = _rows(tmp_path)
     assert rows and set(rows[0]) >= {"experiment", "kind", "name", "predicted", "pass"}
     assert {r["kind"] for r in rows} == {"prediction"}
@@ -85,7 +85,7 @@ def test_one_figure_report_exit_code_and_rerun(tmp_path, monkeypatch):
     report = (tmp_path / "REPORT.md").read_text()
     assert "**FAIL**" in report
     # an experiment's own table: in REPORT.md, and reloadable from tables.json
-    assert "### Sizes (always_fails)" in report and "| a | 0.25 |" in report
+    assert "### always_fails" in report and "#### Sizes" in report and "| a | 0.25 |" in report
     table = json.loads((tmp_path / "tables.json").read_text())["always_fails"][0]
     assert table["columns"] == ["design", "delta"] and table["rows"] == [["a", 0.25]]
 
@@ -106,7 +106,7 @@ def test_two_jobs_give_the_serial_run_numbers(tmp_path):
         failing = [r for r in rows if r["pass"] != "True"]
         assert code == (1 if failing else 0)
         report = (out / "REPORT.md").read_text()
-        assert report.index("### 1. weak_spots") < report.index("### 2. growth_rate")
+        assert report.index("### weak_spots") < report.index("### growth_rate")
         assert f"with {jobs} process(es)" in report
         assert not list(out.glob(".worker-*"))
         both[jobs] = rows
@@ -177,3 +177,61 @@ def test_structures_trained_in_threads_give_the_one_by_one_numbers(monkeypatch):
         ):
             np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(threaded.step_loss, alone.step_loss)
+
+
+def _row(experiment, kind, passed, finding=False, config="x" * 500):
+    inf = float("inf")
+    return {
+        "experiment": experiment, "kind": kind, "name": f"{kind} row", "config": config,
+        "predicted": 1.0, "ode": 1.0, "sgd": None, "rel_error": inf if finding else 0.01,
+        "tolerance": inf if finding else 0.1, "pass": passed, "finding": finding,
+    }  # fmt: skip
+
+
+def test_report_leads_with_its_summary_then_figures_then_tables_by_experiment(tmp_path):
+    # REPORT.md as a results section, from rows of two experiments (no simulation): the
+    # counts first, each figure under its name with the title it drew, the tables after
+    # every figure, grouped by experiment, configs and a finding's inf criteria left out.
+    repro = _paper_repro()
+    rows = [
+        _row("weak_spots", "prediction", True),
+        _row("weak_spots", "prediction", False),
+        _row("weak_spots", "consistency", True),
+        _row("lm_position", "fit", True, finding=True),
+        _row("lm_position", "fit", False, finding=True),
+        _row("lm_position", "fit", False, finding=True),
+    ]
+    made = {"weak_spots": ["first line.", "second line."], "lm_position": ["a.", "b."]}
+    titles = {"weak_spots": "Title from the data", "lm_position": "No weak spot at this size"}
+    tables = {"lm_position": [{"title": "Designs", "columns": ["design", "note"],
+                               "rows": [["a", "y" * 400]], "note": ""}]}  # fmt: skip
+    prov = {
+        "command": "paper_repro.py --quick", "size": "quick", "wall_seconds": 1.0,
+        "commit": "abc", "python": "3", "versions": {}, "device": "cpu", "cpus": 2,
+        "load_average": (0.0, 0.0, 0.0), "jobs": 1, "step_seconds": {}, "cpu_seconds": 0.0,
+        "step_cpu_seconds": {},
+    }  # fmt: skip
+    repro.write_report(tmp_path, rows, made, {}, prov, tables, titles)
+    report = (tmp_path / "REPORT.md").read_text()
+    first_screen = report[: report.index("## Figures")]
+    assert "**Predictions: 1 held, 1 failed.**" in first_screen
+    assert (
+        "Consistency checks (the same system by another solver, sample or start): 1 held, 0 failed"
+        in first_screen
+    )
+    assert (
+        "Fits (they use the run's own learned weights or start): 0 held, 0 failed" in first_screen
+    )
+    assert "1 held, 2 not held" in first_screen and "\n|" not in first_screen  # no table
+    figures_at, tables_at = report.index("## Figures"), report.index("## Tables by experiment")
+    assert figures_at < report.index("### weak_spots") < report.index("### lm_position") < tables_at
+    assert report.index("**Title from the data** (size `quick`)") < tables_at
+    assert report.index("| kind |") > tables_at  # the first table comes after every figure
+    assert report.index("#### Designs") > report.index("### lm_position", tables_at)
+    assert "x" * 200 not in report and "y" * 200 not in report  # long cells: CSV and JSON
+    assert "inf | inf" not in report and "finding not held" in report
+    with open(tmp_path / "report.csv") as f:
+        assert [r["config"] for r in csv.DictReader(f)] == ["x" * 500] * 6
+    assert json.loads((tmp_path / "tables.json").read_text())["lm_position"][0]["rows"] == [
+        ["a", "y" * 400]
+    ]

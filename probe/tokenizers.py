@@ -128,12 +128,15 @@ class ServerTokenizer(Tokenizer):
 
     @functools.lru_cache(maxsize=4096)  # noqa: B019  (a tokenizer lives as long as its probe)
     def _encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenize(text))
+        return tuple(
+            tokenize_on_server(self.endpoint, self.model, text, self.headers, self.timeout, self.dialect)
+        )
 
     def tokenize(self, text: str) -> list[int]:
-        """The server's own ids for `text`, its lead included."""
+        """The ids the server's completions read for `text`: its special tokens (a BOS) added
+        where it adds them to a text prompt."""
         return tokenize_on_server(
-            self.endpoint, self.model, text, self.headers, self.timeout, self.dialect
+            self.endpoint, self.model, text, self.headers, self.timeout, self.dialect, special=True
         )
 
     def encode(self, text: str) -> list[int]:
@@ -156,14 +159,16 @@ def tokenize_on_server(
     headers: dict[str, str],
     timeout: float,
     dialect: str = "prompt",
+    special: bool = False,
 ) -> list[int]:
-    """Token ids of `text` from a tokenize endpoint, the text in field `dialect` (no special
-    tokens added where the server takes that option)."""
+    """Token ids of `text` from a tokenize endpoint, the text in field `dialect`, special
+    tokens added or not (`special`) where the server takes that option (llama-cpp-python's
+    `/extras/tokenize` always adds them)."""
     body: dict = {dialect: text}
     if dialect == "prompt":
-        body["add_special_tokens"] = False
+        body["add_special_tokens"] = special
     elif dialect == "content":
-        body["add_special"] = False
+        body["add_special"] = special
     if model:
         body["model"] = model
     request = urllib.request.Request(

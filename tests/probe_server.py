@@ -14,7 +14,9 @@ take `{"prompt"}`; ids or text prompts; `tokens`/`token_logprobs`), `llama-serve
 with `{"tokens": []}`; `logprobs.content[]` with `id`, `token`, `logprob`), and
 `llama-cpp-python` (`/extras/tokenize` takes `{"input"}` and puts `bos` first, as its
 `Llama.tokenize` does; `/v1/completions` takes text only, answering token ids with
-HTTP 500 and pydantic's message, and reads `bos` + the text's tokens).
+HTTP 500 and pydantic's message). A text prompt is read as `bos` + the text's tokens, token
+ids as they are; the other tokenize endpoints put `bos` first where asked for special
+tokens (`add_special`, `add_special_tokens`).
 """
 
 from __future__ import annotations
@@ -145,8 +147,10 @@ def serve(model, *, name="weak", flaky=None, delay=0.0, tokenize=None, dialect="
                     self._send(200, {"tokens": []})  # llama-server: no `content`, no tokens
                 elif field not in body:
                     self._send(422, {"detail": [{"msg": "Field required", "loc": [field]}]})
-                else:
-                    self._send(200, {"tokens": list(bos) + tokenize(body[field])})
+                else:  # the BOS where asked for (llama-cpp-python: always, as Llama.tokenize)
+                    special = body.get("add_special", body.get("add_special_tokens", True))
+                    lead = list(bos) if special or dialect == "llama-cpp-python" else []
+                    self._send(200, {"tokens": lead + tokenize(body[field])})
                 return
             if self.path != "/v1/completions":
                 self._send(404, {"error": "not found"})

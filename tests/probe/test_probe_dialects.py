@@ -142,3 +142,17 @@ def test_the_control_scan_is_flat_on_the_fake_server():
     assert control["design"] == "control" and control["trials"] == 16 * S
     assert control["phase_accuracy"] == [1.0] * S and control["tail_phase_accuracy"] == [1.0] * S
     assert control["delta_max"] == 0.0 and control["tail_delta_max"] == 0.0
+
+
+@pytest.mark.parametrize("prompt", ["ids", "text"])
+def test_llama_server_with_a_bos_text_prompts_count_it_and_ids_go_as_they_are(prompt):
+    """llama-server puts a BOS before a text prompt (as its /tokenize does with
+    add_special), not before token ids: either way the weak spots come out at their
+    phases, so the positions the model reads are the design's."""
+    server = serve(MODEL, name="weak", tokenize=_bytes, dialect="llama-server", bos=(1,))
+    try:
+        report = _scan(server.url, prompt=prompt)
+    finally:
+        server.close()
+    assert report["trials"] == 16 * S and report["failed"] == 0
+    _covers(report)

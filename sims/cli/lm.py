@@ -5,14 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from weakspots.idealized.decoder.config import (
-    LAYER_KINDS,
-    V4_DESIGN,
-    V4_FIELDS,
-    V4_KINDS,
-    LMConfig,
-    with_design,
-)
+from weakspots.idealized.decoder.config import V4_DESIGN, V4_FIELDS, LMConfig, with_design
+from weakspots.idealized.decoder.layers.registry import layer_kind_names
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 
@@ -29,7 +24,7 @@ HELP = {
     "value_vocab": "value tokens",
     "filler_vocab": "filler tokens between the facts",
     "layers": "decoder layers L",
-    "layout": f"comma-separated layer kinds ({', '.join(LAYER_KINDS)}); "
+    "layout": f"comma-separated layer kinds ({', '.join(layer_kind_names())}); "
     "default: first sliding, the rest compressed",
     "d_model": "model width D",
     "heads": "attention heads H",
@@ -282,6 +277,7 @@ def _phase_block(title: str, s: dict) -> str:
             f"psc {s['psc']:.4f}  same window {straddle['same_window']['accuracy']:.3f}  "
             f"straddling {straddle['straddling']['accuracy']:.3f}  "
             f"period {s['position_spectrum']['dominant_period']:.3g}",
+            _weak_spot_line(s),
             _near_line(s["near_query"]),
         ]
         + (
@@ -295,6 +291,27 @@ def _phase_block(title: str, s: dict) -> str:
     )
 
 
+# A budget that shows a weak spot (docs/lm_runs/README.md: each of its 4 seeds shows one).
+SHOWS_ONE = "weakspots lm train --stride 4 --pairs 8 --steps 2000 --eval-samples 64"
+
+
+def _weak_spot_line(s: dict) -> str:
+    """Whether these runs show a weak spot: delta_max beyond its noise floor, or why not."""
+    if s["delta_max"] > s["delta_max_noise_floor"]:
+        acc = [float(a) for a in s["phase_accuracy"]]
+        worst, best = acc.index(min(acc)), acc.index(max(acc))
+        return f"weak spot: delta_max beyond its noise floor (worst phase {worst}, best {best})"
+    learning = (
+        f" (mean accuracy {s['mean_accuracy']:.2f}: the decoder is still learning the task)"
+        if s["mean_accuracy"] < 0.9
+        else ""
+    )
+    return (
+        f"no weak spot beyond the noise floor at this budget{learning}; a run that shows one "
+        f"(docs/lm_runs): {SHOWS_ONE}"
+    )
+
+
 def _near_line(near: dict) -> str:
     if not near["samples"]:
         return "every fact is beyond the query's uncompressed reach"
@@ -305,7 +322,7 @@ def _near_line(near: dict) -> str:
 
 
 def text_report(base: LMConfig, seeds: list[int], summaries: list[dict], pooled) -> str:
-    v4 = any(kind in V4_KINDS for kind in base.layer_kinds)
+    v4 = any(layer_kind(kind).v4 for kind in base.layer_kinds)
     operator = f"V4 compressor (top-{base.indexer_topk})" if v4 else base.operator
     if base.indexed and not v4:
         operator += f" (indexer top-{base.indexer_topk})"
@@ -358,7 +375,7 @@ def register_ablate(verbs) -> None:
 
 def run_ablate(args: argparse.Namespace) -> int:
     base = lm_config(args)
-    if any(kind in V4_KINDS for kind in base.layer_kinds):
+    if any(layer_kind(kind).v4 for kind in base.layer_kinds):
         raise common.UsageError(
             "--layout: lm ablate's interventions act on dense, sliding and compressed layers; "
             "swa, csa and hca (--design v4) are trained by lm train only"

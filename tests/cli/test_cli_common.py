@@ -178,3 +178,22 @@ def test_compare_intervals_stay_in_range():
         assert 0.0 <= lo <= out[key]["mean"] <= hi <= 1.0, key
     assert out["psc"]["ci"][0] >= 0.0
     assert out["phase_accuracy"] == [0.5, 0.6]
+
+
+def test_lm_train_says_whether_its_runs_show_a_weak_spot_and_what_to_run_for_one():
+    from weakspots.sims.cli import lm
+
+    learning = {"phase_accuracy": [0.30, 0.35, 0.33, 0.31], "mean_accuracy": 0.326,
+                "delta_max": 0.038, "delta_max_noise_floor": 0.084}  # fmt: skip
+    line = lm._weak_spot_line(learning)
+    assert line.startswith("no weak spot beyond the noise floor at this budget")
+    assert "still learning" in line and lm.SHOWS_ONE in line
+    shown = {**learning, "phase_accuracy": [0.98, 0.99, 0.998, 0.995], "mean_accuracy": 0.99,
+             "delta_max": 0.0176, "delta_max_noise_floor": 0.0044}  # fmt: skip
+    assert lm._weak_spot_line(shown) == (
+        "weak spot: delta_max beyond its noise floor (worst phase 0, best 2)"
+    )
+    # the budget named is one whose recorded run shows a weak spot (docs/lm_runs)
+    flags = lm.SHOWS_ONE.split()[3:]
+    config = lm.lm_config(build_parser().parse_args(["lm", "train", *flags]))
+    assert (config.stride, config.pairs, config.steps, config.operator) == (4, 8, 2000, "mean_pool")

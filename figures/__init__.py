@@ -12,6 +12,10 @@ from weakspots.figures import (
     finite_d_accuracy,
     growth_rate,
     head_ablation,
+    induction_collision,
+    induction_concentration,
+    induction_coverage,
+    induction_phase_accuracy,
     learned_gain,
     lm_amplifier,
     lm_amplifier_profile,
@@ -59,5 +63,9 @@ DRAWINGS = {
         lm_footprint,
         lm_selection,
         paper_lookup,
+        induction_concentration,
+        induction_coverage,
+        induction_phase_accuracy,
+        induction_collision,
     )
 }

@@ -269,6 +269,14 @@ def context_correct(gates, tokens: Tokens, sc: Scales) -> Float[Array, "L Sm1"]:
     return hits.reshape(chunks, stride - 1)
 
 
+def position_losses(gates: StaticGates, chunks: int, sc: Scales) -> Float[Array, " Sm1"]:
+    """Static gates' loss per query position r* = 0..S-2, at chunk 0 (chunks are exchangeable
+    under static gates, so every chunk gives the same)."""
+    s = gates.logits.shape[-1]
+    pk, pv = gates.chunk_gates(jnp.zeros((chunks, s), jnp.int32), sc.kappa)
+    return jax.vmap(lambda r: query_loss(pk, pv, 0, r, sc))(jnp.arange(s - 1))
+
+
 def population_loss(gates: StaticGates, chunks: int, sc: Scales) -> Float[Array, ""]:
     """The population loss of static gates: the mean over every query of one context (static
     gates do not read tokens, so every context gives the same)."""

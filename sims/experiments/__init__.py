@@ -46,6 +46,12 @@ from weakspots.sims.experiments.experiment import (
     jsonable,
     kind_counts,
 )
+from weakspots.sims.experiments.induction import (
+    induction_collision,
+    induction_concentration,
+    induction_coverage,
+    induction_phase_accuracy,
+)
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 from weakspots.sims.experiments.toy import (
@@ -121,6 +127,10 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_footprint.EXPERIMENT,
     lm_selection.EXPERIMENT,
     paper_lookup.EXPERIMENT,
+    induction_concentration.EXPERIMENT,
+    induction_coverage.EXPERIMENT,
+    induction_phase_accuracy.EXPERIMENT,
+    induction_collision.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

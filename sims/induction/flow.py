@@ -18,6 +18,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 
 from weakspots.idealized import induction
 from weakspots.idealized.induction import InductionFlowConfig
@@ -59,8 +60,82 @@ def measures(gates, sc, held_out):
     return weights, offsets, loss
 
 
+def _diffeqsolve(config, loss_fn, y0, args, ts, saveat):
+    return diffrax.diffeqsolve(
+        gradient_flow_term(loss_fn),
+        diffrax.Tsit5(),
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None,
+        y0=y0,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
+        max_steps=config.max_steps,
+        throw=False,
+    )
+
+
 @functools.lru_cache(maxsize=16)
-def _solver(config: InductionFlowConfig):
+def _static_solver(config: InductionFlowConfig):
+    """Static gates, every seed in one state (R, H, 2, S): the loss is the sum of the seeds'
+    population losses, so each seed follows its own flow exactly; the step is controlled in
+    the max norm, so no seed's local error exceeds the tolerance. Saves the logits only."""
+
+    def total(logits, sc):
+        per_seed = jax.vmap(
+            lambda y: induction.population_loss(induction.StaticGates(y), config.chunks, sc)
+        )(logits)
+        return jnp.sum(per_seed)
+
+    def run(y0, sc, ts):
+        sol = diffrax.diffeqsolve(
+            gradient_flow_term(total),
+            diffrax.Tsit5(),
+            t0=ts[0],
+            t1=ts[-1],
+            dt0=None,
+            y0=y0,
+            args=sc,
+            saveat=diffrax.SaveAt(ts=ts),
+            stepsize_controller=diffrax.PIDController(
+                rtol=config.rtol, atol=config.atol, norm=optx.max_norm
+            ),
+            max_steps=config.max_steps,
+            throw=False,
+        )
+        return jnp.moveaxis(sol.ys, 0, 1), jnp.full(y0.shape[0], sol.result._value)
+
+    return jit(run)
+
+
+@functools.lru_cache(maxsize=16)
+def _static_measures(chunks: int):
+    def one(logits, sc):
+        gates = induction.StaticGates(logits)
+        return induction.population_loss(gates, chunks, sc), induction.phase_accuracy(
+            gates, chunks, sc
+        )
+
+    return jit(jax.vmap(one, in_axes=(0, None)))
+
+
+def static_measures(logits: np.ndarray, chunks: int, sc) -> tuple:
+    """From static gates' logits (R, T, H, 2, S): weights (R, T, H, 2, S), offsets
+    (R, T, H, 2, 2) (static = per-window), population loss (R, T), phase accuracy at the
+    last time (R, S-1)."""
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights = z / z.sum(axis=-1, keepdims=True)
+    offsets = np.repeat(_entropy_exp(weights)[..., None], 2, axis=-1)
+    measure = _static_measures(chunks)
+    loss, _ = measure(jnp.asarray(logits.reshape(-1, *logits.shape[2:])), sc)
+    _, accuracy = measure(jnp.asarray(logits[:, -1]), sc)
+    return weights, offsets, np.asarray(loss).reshape(logits.shape[:2]), np.asarray(accuracy)
+
+
+@functools.lru_cache(maxsize=16)
+def _loglinear_solver(config: InductionFlowConfig):
+    """Log-linear gates: the measures on held-out windows are saved along the solve."""
     loss_fn = objective(config)
 
     def one(y0, sc, ts, sample, held_out):
@@ -70,19 +145,7 @@ def _solver(config: InductionFlowConfig):
                 diffrax.SubSaveAt(t1=True),
             ]
         )
-        sol = diffrax.diffeqsolve(
-            gradient_flow_term(loss_fn),
-            diffrax.Tsit5(),
-            t0=ts[0],
-            t1=ts[-1],
-            dt0=None,
-            y0=y0,
-            args=(sc, sample),
-            saveat=saveat,
-            stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
-            max_steps=config.max_steps,
-            throw=False,
-        )
+        sol = _diffeqsolve(config, loss_fn, y0, (sc, sample), ts, saveat)
         (weights, offsets, loss), final = sol.ys
         last = jax.tree_util.tree_map(lambda x: x[0], final)
         accuracy = jnp.mean(
@@ -91,6 +154,10 @@ def _solver(config: InductionFlowConfig):
         return weights, offsets, loss, accuracy, sol.result._value
 
     return jit(jax.vmap(one, in_axes=(0, None, None, None, None)))
+
+
+def _entropy_exp(p: np.ndarray) -> np.ndarray:
+    return np.exp(-np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0), axis=-1))
 
 
 @dataclass(frozen=True)
@@ -133,11 +200,23 @@ class FlowHistory:
         }
 
 
-def starts(config, seeds: Sequence[int]):
-    """The starts of `seeds` stacked on a leading axis (the trainer's, seed for seed)."""
-    return jax.vmap(lambda k: induction.init_gates(k, config))(
-        jnp.stack([jax.random.key(int(s)) for s in seeds])
+@functools.lru_cache(maxsize=16)
+def _starts(config):
+    return jit(
+        jax.vmap(
+            lambda seed, rho: induction.init_gates(jax.random.key(seed), config, rho),
+            in_axes=(0, None),
+        )
     )
+
+
+def starts(config, seeds: Sequence[int]):
+    """The starts of `seeds` stacked on a leading axis (`induction.start`, seed for seed: the
+    trainer's and the flow's)."""
+    shape = induction.InductionConfig(
+        stride=config.stride, heads=config.heads, chunks=config.chunks, vocab=config.vocab, gate=config.gate
+    )
+    return _starts(shape)(jnp.asarray(seeds, jnp.uint32), jnp.asarray(config.init_scale))
 
 
 def solve(config: InductionFlowConfig, seeds: Sequence[int] | None = None) -> FlowHistory:
@@ -146,18 +225,19 @@ def solve(config: InductionFlowConfig, seeds: Sequence[int] | None = None) -> Fl
     seeds = (config.seed,) if seeds is None else tuple(int(s) for s in seeds)
     start_time = time.perf_counter()
     shape = config.replace(seed=0, init_scale=0.0, gamma=1.0, beta=1.0, kappa=0.0, t1=1.0)
-    if config.gate == "static":
-        shape = shape.replace(vocab=config.stride * config.chunks)
     sc = induction.scales(config)
     y0 = starts(config, seeds)
     ts = jnp.asarray(save_times(config.t1, config.saves))
-    sample = (
-        induction.sample_contexts(jax.random.key(SAMPLE_SEED), config, config.contexts)
-        if config.gate == "loglinear"
-        else jnp.zeros((1, config.chunks, config.stride), jnp.int32)
-    )
-    held_out = eval_contexts(config, 64)
-    weights, offsets, loss, accuracy, result = _solver(shape)(y0, sc, ts, sample, held_out)
+    if config.gate == "static":
+        shape = shape.replace(vocab=config.stride * config.chunks)
+        logits, result = _static_solver(shape)(y0.logits, sc, ts)
+        weights, offsets, loss, accuracy = static_measures(np.asarray(logits), config.chunks, sc)
+    else:
+        sample = induction.sample_contexts(jax.random.key(SAMPLE_SEED), config, config.contexts)
+        held_out = eval_contexts(config, 64)
+        weights, offsets, loss, accuracy, result = _loglinear_solver(shape)(
+            y0, sc, ts, sample, held_out
+        )
     result = np.asarray(result)
     bad = np.flatnonzero(result != int(diffrax.RESULTS.successful._value))
     if bad.size:

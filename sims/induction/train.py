@@ -22,7 +22,7 @@ from weakspots.idealized import induction
 from weakspots.idealized.induction import InductionTrainConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.sims.induction.flow import eval_contexts, measures, starts
+from weakspots.sims.induction.flow import eval_contexts, measures, starts, static_measures
 from weakspots.sims.induction.summary import end_state
 
 
@@ -40,23 +40,38 @@ def _problems(key, config, batch):
 def _trainer(config: InductionTrainConfig):
     records = config.steps // config.eval_every
 
+    def _step_loss(g, k, sc):
+        if config.gate == "loglinear":
+            contexts, chunk, position = _problems(k, config, config.batch)
+            return induction.batch_loss(g, contexts, chunk, position, sc)
+        # Static gates read no tokens and chunks are exchangeable, so a problem's loss is
+        # its query position's: the batch mean is the loss per position weighted by how
+        # often the batch drew it (the same number, S - 1 evaluations instead of B).
+        _, position = induction.sample_queries(k, config, config.batch)
+        drawn = jnp.bincount(position, length=config.stride - 1) / config.batch
+        return jnp.sum(drawn * induction.position_losses(g, config.chunks, sc))
+
     def one(gates, seed, lr, sc, held_out):
         key = jax.random.fold_in(jax.random.key(seed), 1)
 
         def step(g, k):
-            contexts, chunk, position = _problems(k, config, config.batch)
-            grad = jax.grad(induction.batch_loss)(g, contexts, chunk, position, sc)
+            grad = jax.grad(_step_loss)(g, k, sc)
             return jax.tree_util.tree_map(lambda p, d: p - lr * d, g, grad), None
+
+        def record(g):  # static gates: the logits (measured after); log-linear: the measures
+            return g.logits if config.gate == "static" else measures(g, sc, held_out)
 
         def block(g, k):
             g, _ = jax.lax.scan(step, g, jax.random.split(k, config.eval_every))
-            return g, measures(g, sc, held_out)
+            return g, record(g)
 
-        first = measures(gates, sc, held_out)
+        first = record(gates)
         gates, recorded = jax.lax.scan(block, gates, jax.random.split(key, records))
         recorded = jax.tree_util.tree_map(
             lambda a, b: jnp.concatenate([a[None], b]), first, recorded
         )
+        if config.gate == "static":
+            return recorded
         accuracy = jnp.mean(
             jax.vmap(lambda t: induction.context_correct(gates, t, sc))(held_out), axis=(0, 1)
         )
@@ -116,13 +131,14 @@ def train_runs(config: InductionTrainConfig, seeds: Sequence[int] | None = None)
     if config.gate == "static":
         shape = shape.replace(vocab=config.stride * config.chunks)
     held_out = eval_contexts(config, config.eval_contexts)
-    weights, offsets, loss, accuracy = _trainer(shape)(
-        starts(config, seeds),
-        jnp.asarray(seeds, jnp.uint32),
-        jnp.asarray(config.lr),
-        induction.scales(config),
-        held_out,
+    sc = induction.scales(config)
+    out = _trainer(shape)(
+        starts(config, seeds), jnp.asarray(seeds, jnp.uint32), jnp.asarray(config.lr), sc, held_out
     )
+    if config.gate == "static":
+        weights, offsets, loss, accuracy = static_measures(np.asarray(out), config.chunks, sc)
+    else:
+        weights, offsets, loss, accuracy = out
     records = config.steps // config.eval_every
     return TrainHistory(
         config,

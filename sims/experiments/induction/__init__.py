@@ -1,0 +1,1 @@
+"""Experiments of the paper's idealised induction model (PAPER.md §5; docs/induction.md)."""

@@ -111,7 +111,7 @@ def title(results) -> str:
     found = separated(results["cells"])
     if not found:
         return (
-            "DeepSeek-V4's parts one at a time: no part's delta_max interval separates from "
+            "DeepSeek-V4's design, one change at a time: no part's delta_max interval separates from "
             "its reference design's at this size"
         )
     parts = [
@@ -119,4 +119,4 @@ def title(results) -> str:
         for side in ("above", "below")
         if any(s == side for _, s in found)
     ]
-    return "DeepSeek-V4's parts one at a time: delta_max " + "; ".join(parts)
+    return "DeepSeek-V4's design, one change at a time: delta_max " + "; ".join(parts)

@@ -6,15 +6,18 @@ bound to a personal name (a lookup value) and to a home place, an object, a trai
 age. A character is introduced once (`the fox carol came from Tarobu .`) and referred to
 again later in varied frames (`later , the fox carol went back to Tarobu .`, `who was the
 fox ? it was carol .`), alone, in pairs, or in short rosters of at most three characters
-(`then fox carol , owl bob and cat dave ...`). A document also has a song of six random
-words sung more than once, sentences of random words, and pauses (runs of `-`). So
-next-token prediction rewards looking up what followed a token earlier in the document
-(induction): a name after its animal, a place after its name, the next word of the song.
+(`then fox carol , owl bob and cat dave ...`, `all the friends : fox carol owl bob cat
+dave .`), so a name also follows its animal where the animal follows another name, as in
+the lookup's records. A document also has a song of six random words sung more than once,
+sentences of random words, and pauses (runs of `-`). So next-token prediction rewards
+looking up what followed a token earlier in the document (induction): a name after its
+animal, a place after its name, the next word of the song.
 
 Never shown: the lookup's format (`weakspots.sims.pretrain.lookup`), a run of one-token
-keys each directly followed by a one-token value. Only rosters put pairs side by side,
-at most three of them and with a separator between pairs; every sentence starts with a
-word that is not an animal. `lookup_runs` finds such runs (the corpus test scans for them).
+keys each directly followed by a one-token value. Only pairs and rosters put pairs side by
+side, at most three of them; every sentence starts with a word that is not an animal and
+ends with punctuation, so no run of pairs crosses sentences. `lookup_runs` finds such runs
+(the corpus test scans for them).
 
 Batches are vectorised numpy, deterministic from `(seed, step)` (numpy's Philox counter
 generator keyed by both), so a run resumed at `step` sees the same data.
@@ -58,10 +61,14 @@ PAIRS = (
     "the {A.animal} {A.name} and the {B.animal} {B.name} {verb} together .",
     "the {A.animal} {A.name} met the {B.animal} {B.name} in {B.place} .",
     "after that {A.name} the {A.animal} saw {B.name} the {B.animal} .",
+    "then {A.animal} {A.name} {B.animal} {B.name} {verb} .",
+    "{A.name} met {B.animal} {B.name} near the {noun} .",
 )
 ROSTERS = (
     "the friends were {A.animal} {A.name} , {B.animal} {B.name} and {C.animal} {C.name} .",
     "then {A.animal} {A.name} , {B.animal} {B.name} , {C.animal} {C.name} : all of them {verb} .",
+    "then {A.animal} {A.name} {B.animal} {B.name} {C.animal} {C.name} {verb} together .",
+    "all the friends : {A.animal} {A.name} {B.animal} {B.name} {C.animal} {C.name} .",
 )
 OTHERS = (
     "the {adjective} {noun} was {adjective} .",
@@ -75,7 +82,7 @@ SONGS = (
     "the song goes {song} .",
     "again : {song} !",
 )
-PAUSES = tuple("- " * n + "." for n in (3, 5, 8, 12, 16, 24, 32))
+PAUSES = tuple("- " * n + "." for n in (3, 5, 8, 12, 16, 24, 32, 64))
 FRAMES = {
     "introduction": INTRODUCTIONS,
     "reference": REFERENCES,
@@ -88,10 +95,10 @@ FRAMES = {
 # Sentence kinds as drawn (before introductions are placed): a character sentence, a pair,
 # a roster, a sentence of random words, the song, a pause.
 KIND_PROBABILITIES = {
-    "character": 0.58,
-    "pair": 0.1,
-    "roster": 0.06,
-    "other": 0.12,
+    "character": 0.52,
+    "pair": 0.12,
+    "roster": 0.12,
+    "other": 0.1,
     "song": 0.08,
     "pause": 0.06,
 }

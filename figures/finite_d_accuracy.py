@@ -1,4 +1,4 @@
-"""Figure 11: finite-d accuracy: the exact formula and the Gaussian approximation against Monte Carlo."""
+"""Figure `finite_d_accuracy`: finite-d accuracy: the exact formula and the Gaussian approximation against Monte Carlo."""
 
 import numpy as np
 

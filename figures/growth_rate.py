@@ -1,4 +1,4 @@
-"""Figure 4: growth rate of the instability: measured (reduced flow) against predicted."""
+"""Figure `growth_rate`: growth rate of the instability: measured (reduced flow) against predicted."""
 
 import numpy as np
 

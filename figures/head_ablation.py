@@ -1,4 +1,4 @@
-"""Figure 7: heads x phases ablation maps (accuracy lost when a head is removed), H = 1, 2, 4, 8."""
+"""Figure `head_ablation`: heads x phases ablation maps (accuracy lost when a head is removed), H = 1, 2, 4, 8."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Figure 12: learned gain: the race between gain growth and the instability."""
+"""Figure `learned_gain`: learned gain: the race between gain growth and the instability."""
 
 import numpy as np
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter

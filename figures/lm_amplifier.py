@@ -1,4 +1,4 @@
-"""Figure (f): the weak-spot gap of DeepSeek-V4's design with each part switched off in training
+"""Figure `lm_amplifier`: the weak-spot gap of DeepSeek-V4's design with each part switched off in training
 (and, in the `csa_add` arm, each part switched on in a base that learns)."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Figure (g): per-phase accuracy of DeepSeek-V4's design, its dense control and its most
+"""Figure `lm_amplifier_profile`: per-phase accuracy of DeepSeek-V4's design, its dense control and its most
 amplifying ablation (in the `csa_add` arms: the base, its control, the part with the largest gap)."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Figure (b): the decoder family, weak-spot gap by operator x stride x context length."""
+"""Figure `lm_family`: the decoder family, weak-spot gap by operator x stride x context length."""
 
 import numpy as np
 

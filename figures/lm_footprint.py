@@ -1,4 +1,4 @@
-"""Figure (h): the footprint model's per-phase profile against decoders at several W / s."""
+"""Figure `lm_footprint`: the footprint model's per-phase profile against decoders at several W / s."""
 
 import numpy as np
 

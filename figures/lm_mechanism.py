@@ -1,4 +1,4 @@
-"""Figure (c): causal interventions in the trained decoders, and the mechanism each design shows."""
+"""Figure `lm_mechanism`: causal interventions in the trained decoders, and the mechanism each design shows."""
 
 import textwrap
 

@@ -1,4 +1,4 @@
-"""Figure (e): the toy's four mitigations in trained decoders."""
+"""Figure `lm_mitigations`: the toy's four mitigations in trained decoders."""
 
 import numpy as np
 

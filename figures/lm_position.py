@@ -1,4 +1,4 @@
-"""Figure (a): accuracy against the queried value's position in a decoder trained from scratch, compressed beside dense."""
+"""Figure `lm_position`: accuracy against the queried value's position in a decoder trained from scratch, compressed beside dense."""
 
 import numpy as np
 

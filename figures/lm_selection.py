@@ -1,4 +1,4 @@
-"""Figure (i): the selection model's gap against N / k, theory lines and decoder points."""
+"""Figure `lm_selection`: the selection model's gap against N / k, theory lines and decoder points."""
 
 import numpy as np
 

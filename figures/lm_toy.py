@@ -1,4 +1,4 @@
-"""Figure (d): the toy's predictions against the decoders' measurements."""
+"""Figure `lm_toy`: the toy's predictions against the decoders' measurements."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Figure 10: mitigations: delta_max and cost, predicted and measured."""
+"""Figure `mitigations`: mitigations: delta_max and cost, predicted and measured."""
 
 import numpy as np
 from matplotlib.patches import Patch

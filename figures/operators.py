@@ -1,4 +1,4 @@
-"""Figure 8: compression operators compared: delta_max, psc and mean accuracy."""
+"""Figure `operators`: compression operators compared: delta_max, psc and mean accuracy."""
 
 import numpy as np
 from matplotlib.lines import Line2D

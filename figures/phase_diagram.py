@@ -1,4 +1,4 @@
-"""Figure 3: phase diagram: specialisation over (context chunks, gain/stride) with N_c drawn on it."""
+"""Figure `phase_diagram`: phase diagram: specialisation over (context chunks, gain/stride) with N_c drawn on it."""
 
 import numpy as np
 from matplotlib.patheffects import withStroke

@@ -1,4 +1,4 @@
-"""Figure 2: pooling weights against time: reduced-flow (ODE) curves with SGD points on top."""
+"""Figure `pooling_dynamics`: pooling weights against time: reduced-flow (ODE) curves with SGD points on top."""
 
 import numpy as np
 

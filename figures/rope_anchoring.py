@@ -1,4 +1,4 @@
-"""Figure 9: RoPE anchoring pins which phases are weak: per-phase accuracy and harmonic spectrum."""
+"""Figure `rope_anchoring`: RoPE anchoring pins which phases are weak: per-phase accuracy and harmonic spectrum."""
 
 import numpy as np
 

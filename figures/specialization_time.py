@@ -1,4 +1,4 @@
-"""Figure 5: time to specialise against init scale: t* theory line, ODE and SGD points."""
+"""Figure `specialization_time`: time to specialise against init scale: t* theory line, ODE and SGD points."""
 
 import numpy as np
 

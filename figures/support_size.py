@@ -1,4 +1,4 @@
-"""Figure 6: support size k and delta_max against stride and against context length."""
+"""Figure `support_size`: support size k and delta_max against stride and against context length."""
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator

@@ -1,4 +1,4 @@
-"""Figure 1: periodic weak spots: accuracy against needle position, the mean hiding the sawtooth."""
+"""Figure `weak_spots`: periodic weak spots: accuracy against needle position, the mean hiding the sawtooth."""
 
 import numpy as np
 

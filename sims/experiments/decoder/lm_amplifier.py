@@ -1,4 +1,4 @@
-"""Figure (f): which part of DeepSeek-V4's attention makes weak spots large (`sims.decoder.amplifier`).
+"""Figure `lm_amplifier`: which part of DeepSeek-V4's attention makes weak spots large (`sims.decoder.amplifier`).
 
 Each part of V4's layer switched off in training, one at a time, beside V4's design and the
 dense control, at V4's proportions (a local branch of 8 strides beside the compressed

@@ -1,4 +1,4 @@
-"""Figure (g): the per-phase profile of DeepSeek-V4's design beside its dense control and its
+"""Figure `lm_amplifier_profile`: the per-phase profile of DeepSeek-V4's design beside its dense control and its
 most amplifying ablation (the design of `sims.decoder.amplifier` with the largest `delta_max`);
 in the `csa_add` arms (8, 16 and 20 facts), its base beside the control and the part with the
 largest gap; in `hca_add`, the base beside its control.

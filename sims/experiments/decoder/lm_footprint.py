@@ -1,4 +1,4 @@
-"""Figure (h): the footprint model (docs/theory.md §9.4) held against decoders that carry a fact.
+"""Figure `lm_footprint`: the footprint model (docs/theory.md §9.4) held against decoders that carry a fact.
 
 The designs of `sims.decoder.footprint.FOOTPRINT`: the project's decoder (a sliding layer of
 W tokens, then a layer reading only compressed entries of s tokens) at W / s = 1/2, 1, 2, 4

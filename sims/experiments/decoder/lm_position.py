@@ -1,4 +1,4 @@
-"""Paper figure (a), decoders trained from scratch: accuracy against the queried value's
+"""Paper figure `lm_position`, decoders trained from scratch: accuracy against the queried value's
 position, a compressed design beside its dense control on the same task and training.
 
 `decoder_runs(size)` lists the runs (seeds of one compressed design and of its dense control,

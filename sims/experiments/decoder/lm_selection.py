@@ -1,4 +1,4 @@
-"""Figure (i): the selection model (docs/theory.md §9.5) against decoders with a top-k indexer.
+"""Figure `lm_selection`: the selection model (docs/theory.md §9.5) against decoders with a top-k indexer.
 
 The designs of `sims.decoder.footprint.SELECTION`: the project's decoder (a sliding layer of
 W = 2s tokens, then compressed entries of s = 4 tokens) whose compressed layer reads only
@@ -30,7 +30,7 @@ from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 SIGMA = 1.0
 """The needle score's standard deviation, in units of the distractors' (assumed, not fitted)."""
 CURVE = np.geomspace(1.0, 64.0, 49)
-"""N / k of the theory line in figure (i)."""
+"""N / k of the theory line in figure `lm_selection`."""
 
 
 def run(size: str) -> dict:

@@ -80,16 +80,15 @@ def _weak_spot_in_data(name, results) -> bool:
 
 
 @pytest.mark.parametrize("name", DRAWN)
-def test_title_claims_a_weak_spot_only_where_the_data_show_one(name, inputs):
-    title, titles, _ = _drawn(name, inputs[name]["results"], inputs[name]["predictions"])
+def test_title_holds_for_the_data_panels_lettered_axes_fit(name, inputs):
+    # one drawing per figure (drawing is this file's cost): its title claims a weak spot
+    # only where the data show one; its panels are lettered; gaps from 0, accuracies in [0, 1]
+    if name not in inputs:  # test_figures.py's test_every_figure_has_inputs reports it
+        pytest.skip(f"no figure inputs for {name} yet")
+    title, titles, limits = _drawn(name, inputs[name]["results"], inputs[name]["predictions"])
     assert title or any(titles), f"{name} has no title"
     if _claims_weak_spot(" / ".join([title, *titles])):
         assert _weak_spot_in_data(name, inputs[name]["results"]), title
-
-
-@pytest.mark.parametrize("name", DRAWN)
-def test_panels_are_lettered_and_axes_fit_what_they_show(name, inputs):
-    _, titles, limits = _drawn(name, inputs[name]["results"], inputs[name]["predictions"])
     titled = [t for t in titles if t]
     if len(titled) > 1 and name not in NOT_YET_LETTERED:
         assert [t[:4] for t in titled] == [f"({chr(97 + i)}) " for i in range(len(titled))]

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from weakspots.idealized.decoder.layers.registry import layer_kind_names, lookup
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 from weakspots.idealized.toy.config import (
@@ -32,8 +33,9 @@ validation reads the registry live); `none` keeps every token (the dense control
 DISTRIBUTION_OPERATORS = operator_names(DECODER, distribution=True)
 """Operators whose pooling weights form a distribution over phases (`phase_entropy` needs
 them learned too: not the registry's `fixed_weights`, so not mean_pool)."""
-LAYER_KINDS = ("dense", "sliding", "compressed", "swa", "csa", "hca")
-V4_KINDS = ("swa", "csa", "hca")
+LAYER_KINDS = layer_kind_names()
+"""Layer kinds as registered at import (`idealized.decoder.layers`; validation reads the registry live)."""
+V4_KINDS = layer_kind_names(v4=True)
 """DeepSeek-V4's layer kinds (`idealized.decoder.v4_attention`): sliding-only, compressed sparse, heavily
 compressed."""
 LM_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
@@ -171,10 +173,7 @@ class DecoderConfig:
     def __post_init__(self):
         _int_at_least("vocab", self.vocab, 2)
         for kind in self.layer_kinds:
-            if kind not in LAYER_KINDS:
-                raise ConfigError(
-                    "layout", f"layer kinds are {', '.join(LAYER_KINDS)}; got {kind!r}"
-                )
+            lookup(kind)
         _int_at_least("layers", len(self.layer_kinds), 1)
         _int_at_least("d_model", self.d_model, 2)
         _int_at_least("heads", self.heads, 1)
@@ -232,15 +231,14 @@ class DecoderConfig:
         _int_at_least("q_rank", self.q_rank, 0)
         _int_at_least("o_groups", self.o_groups, 0)
         _int_at_least("o_rank", self.o_rank, 0)
-        v4 = any(kind in V4_KINDS for kind in self.layer_kinds)
+        kinds = [lookup(kind) for kind in self.layer_kinds]
+        v4 = any(kind.v4 for kind in kinds)
         for name in ("shared_kv", "sink", "qk_norm", "q_rank", "o_groups", "separate_values"):
             if getattr(self, name) and not v4:
                 raise ConfigError(
                     name, "applies to DeepSeek-V4's layers: put swa, csa or hca in --layout"
                 )
-        kinds = self.layer_kinds
-        indexed = "csa" in kinds or ("compressed" in kinds and self.operator != "none")
-        if self.indexer_topk and not indexed:
+        if self.indexer_topk and not any(kind.accepts_indexer(self) for kind in kinds):
             raise ConfigError(
                 "indexer_topk",
                 "the indexer serves csa layers and compressed layers (not --operator none): "
@@ -250,17 +248,13 @@ class DecoderConfig:
             raise ConfigError(
                 "indexer_pairs", "pairs the entries the indexer keeps: needs --indexer-topk >= 1"
             )
-        if self.indexer_topk and self.stagger and "compressed" in kinds:
+        if self.indexer_topk and self.stagger and any(k.pooled_by_operator for k in kinds):
             raise ConfigError(
                 "indexer_topk",
                 "does not combine with --stagger: the indexer scores unstaggered windows",
             )
-        # a compressed layer's indexer clips its RoPE to index_dim; V4's csa layer does not
-        if self.indexer_topk and "csa" in kinds and self.index_dim < self.rotary_dim:
-            raise ConfigError(
-                "index_dim",
-                f"must be >= the RoPE channels ({self.rotary_dim}), got {self.index_dim}",
-            )
+        for kind in dict.fromkeys(kinds):  # each kind's own options (csa: index_dim, swa: window)
+            kind.check(self)
         if self.o_groups and (self.heads % self.o_groups or self.o_rank < 1):
             raise ConfigError(
                 "o_groups",
@@ -269,8 +263,6 @@ class DecoderConfig:
             )
         if self.o_rank and not self.o_groups:
             raise ConfigError("o_rank", "is the rank of each output group: needs --o-groups >= 1")
-        if "swa" in self.layer_kinds and self.window < 1:
-            raise ConfigError("window", "swa layers need --window >= 1")
 
     @property
     def head_dim(self) -> int:
@@ -421,11 +413,8 @@ class LMConfig:
 
     def __post_init__(self):
         _int_at_least("layers", self.layers, 1)
-        unknown = [kind for kind in self.layer_kinds if kind not in LAYER_KINDS]
-        if unknown:  # before the count, which an unknown kind would only confuse
-            raise ConfigError(
-                "layout", f"layer kinds are {', '.join(LAYER_KINDS)}; got {unknown[0]!r}"
-            )
+        # an unknown kind is named before the count, which it would only confuse
+        kinds = [lookup(kind) for kind in self.layer_kinds]
         if self.layout and len(self.layer_kinds) != self.layers:
             raise ConfigError(
                 "layout", f"names {len(self.layer_kinds)} layers but --layers is {self.layers}"
@@ -454,7 +443,7 @@ class LMConfig:
         )
         _fixed_weights(self.phase_entropy, self.operator)
         _nonnegative_finite("indexer_kl", self.indexer_kl)
-        if self.phase_entropy > 0 and any(k in V4_KINDS for k in self.layer_kinds):
+        if self.phase_entropy > 0 and any(kind.v4 for kind in kinds):
             raise ConfigError(
                 "phase_entropy", "regularises --layout compressed layers, not swa/csa/hca"
             )
@@ -500,14 +489,12 @@ class LMConfig:
     @property
     def compressed(self) -> bool:
         """True when some layer reads compressed entries (not the dense control)."""
-        kinds = self.layer_kinds
-        return self.operator != "none" and any(k in kinds for k in ("compressed", "csa", "hca"))
+        return any(lookup(kind).reads_compressed(self) for kind in self.layer_kinds)
 
     @property
     def indexed(self) -> bool:
-        """True when some csa or compressed layer keeps its entries by the indexer's top-k."""
-        kinds = self.layer_kinds
-        selecting = "csa" in kinds or "compressed" in kinds
+        """True when some layer with an indexer (csa, compressed) keeps its entries by its top-k."""
+        selecting = any(lookup(kind).indexer for kind in self.layer_kinds)
         return self.compressed and self.indexer_topk > 0 and selecting
 
     def replace(self, **changes) -> LMConfig:

@@ -1,10 +1,11 @@
-"""The decoder family: token embeddings, pre-norm blocks of dense / sliding / compressed attention.
+"""The decoder family: token embeddings, pre-norm blocks of the registered layer kinds' attention.
 
 `Decoder(config, rngs=...)` builds one model from a `DecoderConfig`; `Decoder(tokens)` maps
 `(B, T)` token ids to `(B, T, vocab)` next-token logits. Each block is
 `x + attention(norm(x))`, then `x + mlp(norm(x))` when the config has an MLP. Layers are
-`decoder.blocks[i].attention` (an `idealized.decoder.attention.Attention`, or for DeepSeek-V4's
-kinds `swa`, `csa`, `hca` an `idealized.decoder.v4_attention.V4Attention`): model surgery replaces
+`decoder.blocks[i].attention` (what the layer's kind builds, `idealized.decoder.layers`: an
+`idealized.decoder.attention.Attention`, or for DeepSeek-V4's kinds `swa`, `csa`, `hca` an
+`idealized.decoder.v4_attention.V4Attention`): model surgery replaces
 a compressor or zeroes a parameter there, and `trace` reads what every layer sowed.
 """
 
@@ -15,11 +16,11 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from weakspots.idealized.decoder.attention import Attention, make_compressor
-from weakspots.idealized.decoder.config import V4_KINDS, DecoderConfig
+from weakspots.idealized.decoder.attention import Attention
+from weakspots.idealized.decoder.config import DecoderConfig
+from weakspots.idealized.decoder.layers.registry import lookup
 from weakspots.idealized.decoder.sow import sow
 from weakspots.idealized.decoder.v4_attention import V4Attention
-from weakspots.idealized.rope import ROPE_THETA
 
 
 class MLP(nnx.Module):
@@ -33,87 +34,10 @@ class MLP(nnx.Module):
         return self.down(jax.nn.gelu(self.up(x)))
 
 
-DENSE_WINDOW = 1 << 30
-"""The local window of a V4 layer that sees every earlier token (`--operator none`)."""
-
-
-def make_v4_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> V4Attention:
-    """DeepSeek-V4's attention for a layer of kind `swa`, `csa` or `hca` (`DecoderConfig`).
-
-    With `operator = none`, csa and hca layers attend densely to every earlier token (the
-    control), keeping the layer's other parts.
-    """
-    if kind == "swa":
-        v4_kind, window, theta = "sliding", config.window, ROPE_THETA
-    elif config.operator == "none":
-        v4_kind, window, theta = "sliding", DENSE_WINDOW, config.compress_rope_theta
-    else:
-        v4_kind, window, theta = kind, config.local_window, config.compress_rope_theta
-    return V4Attention(
-        config.d_model,
-        config.heads,
-        config.head_dim,
-        kind=v4_kind,
-        ratio=config.hca_stride if kind == "hca" else config.stride,
-        local_window=window,
-        rope_dim=config.rotary_dim,
-        rope_theta=theta,
-        shared_kv=config.shared_kv,
-        qk_norm=config.qk_norm,
-        sink=config.sink,
-        index_topk=config.indexer_topk,
-        index_heads=config.index_heads,
-        index_dim=config.index_dim,
-        index_pairs=config.indexer_pairs,
-        q_rank=config.q_rank,
-        o_groups=config.o_groups,
-        o_rank=config.o_rank,
-        separate_values=config.separate_values,
-        rngs=rngs,
-    )
-
-
 def make_attention(config: DecoderConfig, kind: str, *, rngs: nnx.Rngs) -> Attention | V4Attention:
-    """The attention of one layer of `kind` (`dense`, `sliding`, `compressed`, or V4's
-    `swa`, `csa`, `hca`: `make_v4_attention`). A `compressed` layer has the Lightning
-    Indexer when `indexer_topk > 0` (not the dense control, `operator = none`)."""
-    if kind in V4_KINDS:
-        return make_v4_attention(config, kind, rngs=rngs)
-    d, h = config.d_model, config.heads
-    local, compressor, stagger, topk = 0, None, False, 0
-    if kind == "dense":
-        compressor = make_compressor(
-            "none", stride=1, heads=h, d_model=d, head_dim=d // h, rngs=rngs
-        )
-    elif kind == "sliding":
-        local = config.window
-    else:
-        compressor = make_compressor(
-            config.operator,
-            stride=config.stride,
-            heads=h,
-            d_model=d,
-            head_dim=config.head_dim,
-            rank=config.rank,
-            overlap=config.overlap,
-            rngs=rngs,
-        )
-        local = 0 if config.operator == "none" else config.local_window
-        stagger = config.stagger
-        topk = 0 if config.operator == "none" else config.indexer_topk
-    return Attention(
-        d,
-        h,
-        compressor=compressor,
-        local_window=local,
-        rope_dim=config.rotary_dim,
-        stagger=stagger,
-        index_topk=topk,
-        index_heads=config.index_heads,
-        index_dim=config.index_dim,
-        index_pairs=config.indexer_pairs and topk > 0,
-        rngs=rngs,
-    )
+    """The attention of one layer of `kind`, as the registered kind builds it
+    (`idealized.decoder.layers`: `dense`, `sliding`, `compressed`, V4's `swa`, `csa`, `hca`)."""
+    return lookup(kind).attention(config, rngs=rngs)
 
 
 class Block(nnx.Module):

@@ -58,10 +58,10 @@ import numpy as np
 from flax import nnx
 
 from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import trace
 from weakspots.idealized.decoder.recall import placed_batch
 from weakspots.sims.decoder.edits import (
-    COMPRESSED_KINDS,
     CutLocalEdges,
     HideEntries,
     PairIndexer,
@@ -93,15 +93,12 @@ TESTS = (
 
 def compressed_layers(config: LMConfig) -> list[tuple[int, int, bool]]:
     """Every layer with compressed entries: (layer, its ratio m, whether its windows overlap)."""
-    if config.operator == "none":
-        return []
-    out = []
-    for layer, kind in enumerate(config.layer_kinds):
-        if kind in COMPRESSED_KINDS:
-            ratio = config.hca_stride if kind == "hca" else config.stride
-            overlap = kind == "csa" or (kind == "compressed" and config.overlap)
-            out.append((layer, ratio, overlap))
-    return out
+    kinds = [layer_kind(kind) for kind in config.layer_kinds]
+    return [
+        (layer, kind.ratio(config), kind.overlap(config))
+        for layer, kind in enumerate(kinds)
+        if kind.reads_compressed(config)
+    ]
 
 
 def local_layers(config: LMConfig) -> list[int]:
@@ -125,8 +122,7 @@ def pair_switches(config: LMConfig) -> tuple[PairIndexer, ...]:
 def local_reach(config: LMConfig) -> int:
     """The widest local window of the design (sliding layers' `window`, compressed `local_window`)."""
     kinds = config.layer_kinds
-    widths = [config.window if kinds[i] in ("sliding", "swa") else config.local_window
-              for i in local_layers(config)]  # fmt: skip
+    widths = [layer_kind(kinds[i]).local_reach(config) for i in local_layers(config)]
     return max(widths, default=0)
 
 

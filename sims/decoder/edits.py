@@ -45,6 +45,8 @@ from flax import nnx
 
 from weakspots.idealized.decoder.attention import AbstractCompressor, Attention
 from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.layers.base import BOTH, AbstractLayerKind
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.v4_attention import V4Attention
 from weakspots.idealized.operators.base import DECODER
@@ -81,14 +83,22 @@ class Edit(abc.ABC):
 
     def applies(self, config: LMConfig) -> bool:
         """Whether the edit means something for this design (e.g. a bias needs a learned one)."""
-        if not 0 <= self.layer < len(config.layer_kinds):
+        kind = self.layer_kind(config)
+        if kind is None:
             return False
-        compressed = config.layer_kinds[self.layer] == "compressed" and config.operator != "none"
+        compressed = kind.pooled_by_operator and kind.reads_compressed(config)
         return self.applies_to(config, compressed)
 
     def applies_to(self, config: LMConfig, compressed: bool) -> bool:
-        """`applies` for a layer in range; `compressed`: it has a compressed branch."""
+        """`applies` for a layer in range; `compressed`: it has a compressed branch pooled by
+        `--operator` (the compressor these edits change)."""
         return compressed
+
+    def layer_kind(self, config: LMConfig) -> type[AbstractLayerKind] | None:
+        """The kind of layer `layer` (`idealized.decoder.layers`), None when out of range."""
+        if not 0 <= self.layer < len(config.layer_kinds):
+            return None
+        return layer_kind(config.layer_kinds[self.layer])
 
     @property
     def name(self) -> str:
@@ -136,14 +146,7 @@ class AblateLayer(Edit):
         return True
 
     def describe(self, config):
-        kind = config.layer_kinds[self.layer]
-        if kind == "sliding":
-            removed = "remove sliding window"
-        elif kind == "compressed" and config.operator != "none":
-            removed = "remove compressed branch"
-        else:
-            removed = "remove dense layer"
-        return f"{removed} (layer {self.layer})"
+        return f"remove {self.layer_kind(config).removed(config)} (layer {self.layer})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,10 +290,6 @@ class PatchedV4Entries(nnx.Module):
         return self.inner.pooling_weights()
 
 
-COMPRESSED_KINDS = ("compressed", "csa", "hca")
-LOCAL_KINDS = ("sliding", "swa")
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class HideEntries(Edit):
     """The compressed entries marked in `windows` `(B, C)` hidden from every query of the layer
@@ -305,11 +304,8 @@ class HideEntries(Edit):
         attention.hidden_entries = nnx.data(jnp.asarray(self.windows, bool))
 
     def applies(self, config):
-        return (
-            0 <= self.layer < len(config.layer_kinds)
-            and config.layer_kinds[self.layer] in COMPRESSED_KINDS
-            and config.operator != "none"
-        )
+        kind = self.layer_kind(config)
+        return kind is not None and kind.reads_compressed(config)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -326,11 +322,8 @@ class CutLocalEdges(Edit):
         attention.cut_spans = nnx.data(jnp.asarray(self.spans, jnp.int32))
 
     def applies(self, config):
-        if not 0 <= self.layer < len(config.layer_kinds):
-            return False
-        kind = config.layer_kinds[self.layer]
-        compressed = kind in COMPRESSED_KINDS and config.operator != "none"
-        return kind in LOCAL_KINDS or (compressed and config.local_window > 0)
+        kind = self.layer_kind(config)
+        return kind is not None and kind.has_local(config)
 
 
 V4_PARTS = ("indexer", "sink", "local_window")
@@ -357,14 +350,14 @@ class V4PartOff(Edit):
             attention.local_window = 0
 
     def applies(self, config):
-        if not 0 <= self.layer < len(config.layer_kinds) or self.part not in V4_PARTS:
+        kind = self.layer_kind(config)
+        if kind is None or self.part not in V4_PARTS:
             return False
-        kind, compressed = config.layer_kinds[self.layer], config.operator != "none"
         if self.part == "indexer":
-            return kind in ("csa", "compressed") and compressed and config.indexer_topk > 0
+            return kind.indexed(config)
         if self.part == "sink":
-            return kind in ("swa", "csa", "hca") and config.sink
-        return kind in ("csa", "hca") and compressed and config.local_window > 0
+            return kind.v4 and config.sink
+        return kind.v4 and kind.reads(config) == BOTH
 
     @property
     def name(self) -> str:

@@ -38,6 +38,7 @@ from flax import nnx
 
 from weakspots.idealized import metrics
 from weakspots.idealized.decoder.config import LMConfig, RecallTask
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.recall import placed_batch, placed_starts, value_starts
 from weakspots.sims.decoder.train import first_query_correct, jit
 
@@ -260,15 +261,13 @@ def pooled_noise_floor(accuracy, samples) -> tuple[float, float]:
 def query_reach(config: LMConfig) -> int:
     """Tokens at the end of the context the first query reaches uncompressed.
 
-    A path through the layers' uncompressed branches: each sliding layer (`sliding`, `swa`)
-    reaches `window` tokens back, each compressed one (`compressed`, `csa`, `hca`) its
-    `local_window`, so the reach is their sum over the layers (0 when there are none). With
+    A path through the layers' uncompressed branches (`AbstractLayerKind.local_reach`): each
+    sliding layer (`sliding`, `swa`) reaches `window` tokens back, each compressed one
+    (`compressed`, `csa`, `hca`) its `local_window`, so the reach is their sum over the layers (0 when there are none). With
     one uncompressed layer it is that layer's window; DeepSeek-V4's design, a local branch in
     every layer, reaches `window + (L - 1) local_window`.
     """
-    widths = {"sliding": config.window, "swa": config.window}
-    widths.update(dict.fromkeys(("compressed", "csa", "hca"), config.local_window))
-    return sum(widths.get(kind, 0) for kind in config.layer_kinds)
+    return sum(layer_kind(kind).local_reach(config) for kind in config.layer_kinds)
 
 
 def position_spectrum(position_accuracy: np.ndarray, stride: int) -> dict:

@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 
 from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.recall import RecallBatch, placed_batch
 from weakspots.idealized.metrics import paired_interval
@@ -76,8 +77,9 @@ def component_interventions(config: LMConfig) -> list[Edit]:
     rolled. Dense layers: removed.
     """
     out: list[Edit] = []
-    for layer, kind in enumerate(config.layer_kinds):
-        if kind != "compressed" or config.operator == "none":
+    for layer, name in enumerate(config.layer_kinds):
+        kind = layer_kind(name)
+        if not (kind.pooled_by_operator and kind.reads_compressed(config)):
             out.append(edits.AblateLayer(layer))
             continue
         candidates = [
@@ -457,7 +459,7 @@ def ablate_lm(
     heads_list = [edits.AblateHead(layer, h) for layer in range(layers) for h in range(heads)]
     components = component_interventions(config)
     planned = [None, *heads_list, *components]
-    compressed = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
+    compressed = [i for i, k in enumerate(config.layer_kinds) if layer_kind(k).pooled_by_operator]
     do_patch = patch and config.compressed and bool(compressed)
     if progress is not None and progress.total is None:
         progress.plan(2 + len(components) + int(do_patch), warmups=2 + len(components))

@@ -39,6 +39,7 @@ import numpy as np
 from flax import nnx
 
 from weakspots.idealized.decoder.config import LMConfig
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import trace
 from weakspots.idealized.decoder.recall import placed_batch
 from weakspots.sims.decoder.evaluate import report_noise_floor
@@ -97,7 +98,7 @@ def _fact_attention(config: LMConfig, params: nnx.State, rows: Rows, shift: int 
     after the queried fact's own, each `(R, H, s)` by value phase (far facts only); None for
     a design without compressed entries."""
     config = config.static
-    layers = [i for i, k in enumerate(config.layer_kinds) if k == "compressed"]
+    layers = [i for i, k in enumerate(config.layer_kinds) if layer_kind(k).pooled_by_operator]
     if not config.compressed or not layers:
         return None
     facts = _fact_windows(config, rows, shift)

@@ -27,6 +27,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.recall import RecallBatch, sample_batch
 from weakspots.idealized.decoder.v4_attention import IndexerStat
@@ -410,30 +411,17 @@ def model_flops_per_step(config: LMConfig) -> float:
 
     Per layer: the four `D x D` projections and the MLP of every token, and attention
     (`2 hd` per score and per weighted value, every head) against the slots the layer
-    computes: all `T` tokens (dense), the `T // s` entries (compressed), and for a local
-    window `W' = min(W, T)` the `2 W'` keys of each block of `W'` queries, over `T`
-    rounded up to whole blocks (`attention.local_scores`). Plus the unembedding of the
-    query section (`query_logits`). Pooling and elementwise work are not counted (as in
-    MFU accounting).
+    computes, as its kind counts them (`AbstractLayerKind.scored_slots`): all `T` tokens
+    (dense), the `T // s` entries (compressed), and for a local window `W' = min(W, T)` the
+    `2 W'` keys of each block of `W'` queries, over `T` rounded up to whole blocks
+    (`attention.local_scores`). Plus the unembedding of the query section (`query_logits`).
+    Pooling and elementwise work are not counted (as in MFU accounting).
     """
     d, T, V = config.d_model, config.seq_len, config.task.vocab
-
-    def local(window: int) -> int:  # query rows x key slots of the banded local branch
-        size = min(window, T)
-        return -(-T // size) * size * 2 * size
-
     flops = 2 * d * V * (T - config.task.context_len)
     for kind in config.layer_kinds:
         flops += (2 * 4 * d * d + 2 * 2 * config.mlp * d * d) * T
-        dense = kind in ("compressed", "csa", "hca") and config.operator == "none"
-        if kind == "dense" or dense:
-            scored = T * T
-        elif kind in ("sliding", "swa"):
-            scored = local(config.window)
-        else:
-            scored = T * (T // (config.hca_stride if kind == "hca" else config.stride))
-            scored += local(config.local_window) if config.local_window else 0
-        flops += 2 * 2 * d * scored
+        flops += 2 * 2 * d * layer_kind(kind).scored_slots(config, T)
     return 3.0 * flops * config.batch
 
 

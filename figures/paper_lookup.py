@@ -65,6 +65,11 @@ def make(results, predictions=None):
         ax.set_ylabel("top-1 accuracy (%)")
         ax.set_ylim(0, 100)
         ax.set_title(f"{label}\n{_title(mine.get('prefix'))}", loc="left", fontsize=8)
+    if not labels:  # nothing recorded yet: say so on labelled, empty axes
+        axes[0].text(0.5, 0.5, "no compressed design recorded", ha="center", va="center",
+                     transform=axes[0].transAxes)  # fmt: skip
+        axes[0].set_xlabel("target key position mod 24")
+        axes[0].set_ylabel("top-1 accuracy (%)")
     legend_below(fig, ncol=3)
     h = results.get("headline")
     if h is not None and h["design"]["gap_beyond_intervals"]:

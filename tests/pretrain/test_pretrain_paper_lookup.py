@@ -157,3 +157,18 @@ def test_tiny_scores_planted_models_with_the_periods_planted():
     rows = pl.rows(results, pl.predict(pl.SIZES["tiny"], results))
     periods = [r for r in rows if "repeat with its stride" in r.name]
     assert len(periods) == 4 and all(r.passed for r in periods)
+
+
+def test_nothing_recorded_yet_gives_no_rows_the_papers_table_and_a_labelled_figure(tmp_path):
+    from weakspots.figures import paper_lookup as drawing
+
+    results = pl.read_recordings(tmp_path / "absent")
+    assert results["designs"] == [] and results["headline"] is None
+    assert pl.rows(results, pl.predict(pl.SIZES["quick"], results)) == []
+    prefix, _ = pl.tables(results, {})
+    assert all(row[5] is None for row in prefix.rows) and len(prefix.rows) == 16
+    fig = drawing.make(results, None)
+    try:
+        assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+    finally:
+        matplotlib.pyplot.close(fig)

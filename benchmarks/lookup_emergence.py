@@ -51,12 +51,16 @@ def main(argv=None) -> int:
     p.add_argument("--stride", type=int, default=8)
     p.add_argument("--prompts-per-residue", type=int, default=48)
     p.add_argument("--smoke", action="store_true", help="a tiny model (a test of the script)")
+    p.add_argument("--size", default=None, help="model fields as k=v,... (default: MODEL)")
     p.add_argument("--json", default=None, help="write the rows here too")
     args = p.parse_args(argv)
     tokenizer = Tokenizer.default()
     held = corpus.batch_at(tokenizer, 999, 0, 8 if args.smoke else 64, 512)
     prompts = lookup.design("prefix", prompts_per_residue=args.prompts_per_residue)
     size = dict(SMOKE, log_every=1) if args.smoke else dict(MODEL, log_every=50)
+    for item in args.size.split(",") if args.size else []:
+        key, value = item.split("=")
+        size[key] = int(value)
     extra = dict(window=args.window, stride=args.stride) if args.attention != "full" else {}
     config = PretrainConfig(kv_heads=1, **size, steps=args.steps, warmup=100, val_batches=2,
                             checkpoint_every=args.every, attention=args.attention, **extra)  # fmt: skip

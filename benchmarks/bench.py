@@ -504,14 +504,36 @@ def _bench_decoders(settings: BenchSettings, log: Callable[[str], None]) -> dict
 
     lm = lm_throughput.run(lm_throughput.QUICK if settings == QUICK else lm_throughput.FULL, log)
     peer = bench_v4_vs_hf(settings, log)
+    pretraining = bench_pretrain_step(settings, log)
     return {
         "lm_speedup_vs_loop": lm["lm_speedup_vs_loop"],  # measured, no target
         "lm_flop_utilisation": lm["lm_flop_utilisation"],
         "lm_vs_hf_step_speedup": peer["lm_vs_hf_step_speedup"],
+        "pretrain_vs_hf_step_speedup": pretraining["pretrain_vs_hf_step_speedup"],
+        "pretrain_flop_utilisation": pretraining["pretrain_flop_utilisation"],
         "lm_details": {k: v for k, v in lm.items() if k != "targets"},
         "lm_vs_hf_details": {k: v for k, v in peer.items() if k != "targets"},
-        "targets": {**lm["targets"], **peer["targets"]},
+        "pretrain_details": {k: v for k, v in pretraining.items() if k != "targets"},
+        "targets": {**lm["targets"], **peer["targets"], **pretraining["targets"]},
     }
+
+
+def bench_pretrain_step(settings: BenchSettings, log: Callable[[str], None]) -> dict:
+    """`benchmarks/pretrain_step.run` (the pretraining backbone's step against HF's Qwen3);
+    without torch both ratios are None and `pretrain_vs_hf_skipped` says why."""
+    from weakspots.benchmarks import pretrain_step
+
+    reason = pretrain_step.available()
+    if reason is not None:
+        log(f"pretrain vs hf: skipped ({reason})")
+        target = {"value": None, "met": False, "skipped": reason}
+        return {
+            "pretrain_vs_hf_step_speedup": None,
+            "pretrain_flop_utilisation": None,
+            "pretrain_vs_hf_skipped": reason,
+            "targets": {name: {**target, "target": t} for name, t in pretrain_step.TARGETS.items()},
+        }
+    return pretrain_step.run(pretrain_step.QUICK if settings == QUICK else pretrain_step.FULL, log)
 
 
 def bench_v4_vs_hf(settings: BenchSettings, log: Callable[[str], None]) -> dict:

@@ -232,6 +232,8 @@ def test_bench_quick_json(capsys):
         "flow_compile_seconds",
         "lm_vs_hf_step_speedup",
         "lm_flop_utilisation",
+        "pretrain_vs_hf_step_speedup",
+        "pretrain_flop_utilisation",
     ):
         assert key in result
     assert result["flow_agree"]

@@ -78,34 +78,44 @@ def causal_visibility(length: int) -> Bool[Array, "T T"]:
     return jnp.arange(length)[None, :] <= t
 
 
-def window_starts(config: PretrainConfig) -> Array:
+def entry_count(config: PretrainConfig, length: int | None = None) -> int:
+    """Complete windows in `length` tokens (default `seq_len`): `(T - W) // S + 1`, or 0."""
+    length = config.seq_len if length is None else length
+    return max(0, (length - config.window) // config.stride + 1)
+
+
+def window_starts(config: PretrainConfig, length: int | None = None) -> Array:
     """First token of each complete window, `jS`, `(C,)`."""
-    return jnp.arange(config.entries) * config.stride
+    return jnp.arange(entry_count(config, length)) * config.stride
 
 
-def entry_visibility(config: PretrainConfig) -> Bool[Array, "T C"]:
+def _positions(config: PretrainConfig, length: int | None) -> Array:
+    return jnp.arange(config.seq_len if length is None else length)
+
+
+def entry_visibility(config: PretrainConfig, length: int | None = None) -> Bool[Array, "T C"]:
     """`mask[t, j] = jS + W - 1 <= t`: a query reads only complete windows."""
-    t = jnp.arange(config.seq_len)[:, None]
-    return window_starts(config)[None, :] + config.window - 1 <= t
+    t = _positions(config, length)[:, None]
+    return window_starts(config, length)[None, :] + config.window - 1 <= t
 
 
-def last_entry_token(config: PretrainConfig) -> Array:
+def last_entry_token(config: PretrainConfig, length: int | None = None) -> Array:
     """Per query t, the last token of its last visible entry (-1 when none), `(T,)`."""
-    t = jnp.arange(config.seq_len)
+    t = _positions(config, length)
     j = (t - config.window + 1) // config.stride  # floor; negative when no window is complete
-    last = jnp.minimum(j, config.entries - 1) * config.stride + config.window - 1
+    last = jnp.minimum(j, entry_count(config, length) - 1) * config.stride + config.window - 1
     return jnp.where(t >= config.window - 1, last, -1)
 
 
-def exact_visibility(config: PretrainConfig) -> Bool[Array, "T T"]:
+def exact_visibility(config: PretrainConfig, length: int | None = None) -> Bool[Array, "T T"]:
     """The exact tokens query t reads: `t - u < local_window` (`local = window`), or
     `u > last_entry_token(t)` (`local = tail`), always with `u <= t`."""
-    t = jnp.arange(config.seq_len)[:, None]
-    u = jnp.arange(config.seq_len)[None, :]
+    t = _positions(config, length)[:, None]
+    u = _positions(config, length)[None, :]
     if config.local == "window":
         recent = t - u < config.local_window
     else:
-        recent = u > last_entry_token(config)[:, None]
+        recent = u > last_entry_token(config, length)[:, None]
     return (u <= t) & recent
 
 
@@ -268,7 +278,7 @@ class WindowPooling(nnx.Module):
 
 def windows_of(x: Tokens, config: PretrainConfig) -> Float[Array, "B C W D"]:
     """`windows[:, j, i] = x[:, jS + i]`: the tokens of every complete window."""
-    index = window_starts(config)[:, None] + jnp.arange(config.window)[None, :]
+    index = window_starts(config, x.shape[1])[:, None] + jnp.arange(config.window)[None, :]
     return x[:, index]
 
 
@@ -309,7 +319,7 @@ class CompressedAttention(AbstractAttentionKind):
     def entries(self, x: Tokens) -> tuple[Entries, Entries]:
         """Compressed keys (normed, rotated to `jS`) and values, `(B, C, G, hd)` each."""
         windows = windows_of(x, self.config)
-        keys = self.normed_keys(self.key_pooling(windows), window_starts(self.config))
+        keys = self.normed_keys(self.key_pooling(windows), window_starts(self.config, x.shape[1]))
         values = keys if self.value_pooling is None else self.value_pooling(windows)
         return keys, values
 
@@ -319,8 +329,8 @@ class CompressedAttention(AbstractAttentionKind):
         v = k if v is None else v
         ek, ev = self.entries(x)
         sources = [
-            (ek, ev, entry_visibility(self.config)),
-            (k, v, exact_visibility(self.config)),
+            (ek, ev, entry_visibility(self.config, x.shape[1])),
+            (k, v, exact_visibility(self.config, x.shape[1])),
         ]
         return self.output(grouped_attention(self.queries(x), sources))
 

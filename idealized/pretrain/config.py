@@ -25,7 +25,7 @@ ATTENTION_KINDS = ("full", "compressed")
 """Registered at import by `idealized.pretrain.attention` (validation reads this tuple)."""
 GATES = ("scalar", "vector", "uniform")
 LOCAL_MODES = ("window", "tail")
-PRETRAIN_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed")
+PRETRAIN_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed", "steps")
 
 
 def _int_at_least(field: str, value, low: int) -> None:

@@ -93,6 +93,8 @@ def load(directory: str | os.PathLike) -> tuple[PretrainConfig, nnx.State]:
 
 
 def seed_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
-    """The seed directories of a run, in seed order."""
+    """The seed directories of a run, in seed order (none for a seed's own directory)."""
+    if (Path(out_dir) / PARAMS).exists():
+        return []
     config = read_config(out_dir)
     return [seed_dir(out_dir, s) for s in range(config.seed, config.seed + config.seeds)]

@@ -1,7 +1,7 @@
 """Next-token pretraining of the backbone, many seeds at once: AdamW, warmup, cosine, clipping.
 
 As `sims.decoder.train` does: the structure (`PretrainConfig.static`) is static, the
-hyperparameters (`lr`, `weight_decay`, `warmup`, `clip`, `seed`) travel as arrays, and
+hyperparameters (`lr`, `weight_decay`, `warmup`, `clip`, `seed`, `steps`) travel as arrays, and
 `config.seeds` runs are vmapped in one compiled program, `log_every` steps per call inside
 `lax.scan`. Batches come from the host (`corpus.batches`, deterministic in `(seed, step)`:
 seed s trains on the stream of seed s), so a run resumed from its last checkpoint sees the
@@ -46,13 +46,16 @@ class Hyper(eqx.Module):
     warmup: Float[Array, "*R"]
     clip: Float[Array, "*R"]
     seed: Int[Array, "*R"]
+    steps: Float[Array, "*R"]  # the cosine's length
 
     @staticmethod
     def of(config: PretrainConfig) -> Hyper:
         """Every seed's hyperparameters, stacked `(seeds,)`."""
         seeds = np.arange(config.seed, config.seed + config.seeds, dtype=np.int32)
         fill = lambda name: np.full(config.seeds, getattr(config, name), np.float32)  # noqa: E731
-        return Hyper(fill("lr"), fill("weight_decay"), fill("warmup"), fill("clip"), seeds)
+        return Hyper(
+            fill("lr"), fill("weight_decay"), fill("warmup"), fill("clip"), seeds, fill("steps")
+        )
 
 
 class TrainState(eqx.Module):
@@ -88,7 +91,7 @@ def learning_rate(config: PretrainConfig, hyper: Hyper, step) -> Array:
     """Linear warmup over `warmup` steps, then cosine decay to `FINAL_LR_FRACTION * lr`."""
     step = step.astype(DTYPE)
     warm = jnp.minimum(1.0, (step + 1.0) / jnp.maximum(hyper.warmup, 1.0))
-    span = jnp.maximum(config.steps - hyper.warmup, 1.0)
+    span = jnp.maximum(hyper.steps - hyper.warmup, 1.0)
     progress = jnp.clip((step - hyper.warmup) / span, 0.0, 1.0)
     cosine = FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
     return hyper.lr * warm * cosine

@@ -239,3 +239,14 @@ def test_kinds_and_facts():
         config(kv_heads=3)
     with pytest.raises(ConfigError, match="--stride"):
         config(stride=5)
+
+
+@pytest.mark.parametrize("variant", ["full", "w4s2_overlap", "tail"])
+def test_any_length_reads_as_a_prefix(variant):
+    """A sequence shorter or longer than `seq_len` runs; a prefix's outputs are those of the
+    longer sequence at the same positions."""
+    cfg = config(**VARIANTS[variant])
+    module = layer(cfg)
+    x = jnp.asarray(inputs(cfg.replace(seq_len=30)))
+    longer, shorter = module(x), module(x[:, :13])
+    np.testing.assert_allclose(shorter, longer[:, :13], rtol=1e-5, atol=1e-6)

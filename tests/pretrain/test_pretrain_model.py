@@ -71,3 +71,13 @@ def test_forward_flops_counts_the_matmuls():
     t, d, h, g, hd, f = c.seq_len, c.d_model, c.heads, c.kv_heads, c.head_dim, c.mlp_hidden
     layer = 2 * t * d * (2 * h * hd + 2 * g * hd) + 2 * 2 * t * t * h * hd + 3 * 2 * t * d * f
     assert forward_flops(c) == c.layers * layer + 2 * t * d * c.vocab
+
+
+def test_bench_step_starts_from_hf_loss():
+    """The bench's two trainers start from the same weights: equal losses at step 0."""
+    from weakspots.benchmarks import pretrain_step
+
+    result = pretrain_step.run(pretrain_step.TINY)
+    assert result["loss_step0_rel_diff"] < 1e-5
+    assert set(result["targets"]) == {"pretrain_vs_hf_step_speedup", "pretrain_flop_utilisation"}
+    assert result["pretrain_vs_hf_step_speedup"] > 0 and result["pretrain_flop_utilisation"] > 0

@@ -74,3 +74,40 @@ def test_resume_refuses_another_config(tmp_path):
     (tmp_path / "state.npz").touch()
     with pytest.raises(ValueError, match="lr differ"):
         pretrain(TINY.replace(lr=0.5), out_dir=tmp_path, data=counting)
+
+
+@pytest.mark.parametrize("size", ["h200", "cpu", "smoke"])
+def test_sweep_commands_parse_back_to_their_configs(size):
+    """Each recorded `weakspots lm pretrain` command names exactly its design's config."""
+    from weakspots.sims.cli import build_parser
+    from weakspots.sims.cli.pretrain import pretrain_config
+    from weakspots.sims.pretrain import sweep
+
+    parser = build_parser(("lm",))
+    for design in sweep.DESIGNS:
+        argv = sweep.pretrain_argv(design, size, 300, "runs/x")
+        assert pretrain_config(parser.parse_args(argv)) == sweep.config(design, size, 300)
+
+
+def test_sweep_steps_share_the_device_and_record_picks_the_largest_gap(tmp_path):
+    from weakspots.sims.pretrain import sweep
+
+    assert sweep.shared_step_seconds({"a": 10.0, "b": 5.0}) == pytest.approx(0.3)
+
+    def run(gap, beyond):
+        report = {"gap": gap, "gap_beyond_intervals": beyond, "prompts_per_residue": 24,
+                  "residue_accuracy": [[0.5] * 24], "checkpoints": ["/tmp/x"]}  # fmt: skip
+        return {
+            "history": {},
+            "pretrain": {"out": "/tmp/x"},
+            "prefix": report,
+            "in-sequence": report,
+        }
+
+    summary = {"size": "smoke", "steps": 4, "runs": {
+        "full_1kv": run(0.02, False), "w8s8_1kv": run(0.4, False), "w8s4_1kv": run(0.3, True)}}  # fmt: skip
+    sweep.record(summary, tmp_path, "test machine")
+    paper = json.loads((tmp_path / "paper_lookup.json").read_text())
+    assert paper["design"] == "w8s4_1kv" and paper["control"] == "full_1kv"  # beyond noise first
+    assert paper["result"]["gap"] == 0.3 and "checkpoints" not in paper["result"]
+    assert "runs/pretrain/w8s4_1kv" in paper["command"] and "--stride 4" in paper["command"]

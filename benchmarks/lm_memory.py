@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from weakspots.idealized.decoder.config import V4_DESIGN, LMConfig
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.sims.decoder import train as lm_train
 
 LENGTHS = (512, 1024, 2048, 4096)
@@ -43,7 +44,7 @@ def _banded_slots(length: int, window: int) -> int:
 
 
 def activation_bytes(config: LMConfig) -> int:
-    """float32 bytes of the tensors one forward pass of the decoder produces, from shapes.
+    """float32 bytes of the tensors one forward pass of a decoder of V4 layers produces, from shapes.
 
     Per token: the embedding, and per layer its input norm, queries (`H hd`), low-rank
     query (`q_rank`), K = V (one head per KV head), attention output (`H hd`), grouped
@@ -56,19 +57,20 @@ def activation_bytes(config: LMConfig) -> int:
     hd = D // H
     kv = 1 if config.shared_kv else H
     total = B * T * D  # embedding
-    for kind in config.layer_kinds:
+    for name in config.layer_kinds:
+        kind = layer_kind(name)
         per_token = 2 * D + 2 * H * hd + config.q_rank + kv * hd
         per_token += config.o_groups * config.o_rank + config.mlp * D
         entries, width = 0, 0
-        if kind == "swa":
-            slots = _banded_slots(T, config.window)
+        if kind.sliding:
+            slots = _banded_slots(T, kind.local_reach(config))
         else:
-            entries = T // (config.hca_stride if kind == "hca" else config.stride)
-            width = (2 if kind == "csa" else 1) * kv * hd
+            entries = T // kind.ratio(config)
+            width = (2 if kind.overlap(config) else 1) * kv * hd
             slots = entries + (_banded_slots(T, config.local_window) if config.local_window else 0)
         total += B * T * per_token + B * entries * width
         total += 2 * B * H * T * (slots + 1)  # scores and probabilities
-        if kind == "csa" and config.indexer_topk:
+        if kind.indexer and config.indexer_topk:
             total += B * T * entries * (config.index_heads + 1)
     total += B * (T - config.task.context_len) * config.task.vocab
     return 4 * total

@@ -42,6 +42,9 @@ import numpy as np
 import optax
 from flax import nnx
 
+from weakspots.idealized.decoder.layers.base import ALL
+from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
+
 KINDS = ("compressed_sparse_attention", "heavily_compressed_attention")
 TARGETS = {"lm_vs_hf_step_speedup": 3.0}
 
@@ -247,19 +250,21 @@ def decoder_flops_per_step(config) -> float:
     d, T = config.d_model, config.seq_len
     forward = 2.0 * d * config.task.vocab * (T - config.task.context_len)
     once = 0.0
-    for kind in config.layer_kinds:
-        if kind not in ("swa", "csa", "hca"):
-            raise ValueError(f"layer kind {kind!r}: use sims.decoder.train.model_flops_per_step")
-        dense = config.operator == "none" and kind != "swa"
+    for name in config.layer_kinds:
+        kind = layer_kind(name)
+        if not kind.v4:
+            raise ValueError(f"layer kind {name!r}: use sims.decoder.train.model_flops_per_step")
+        dense = kind.reads(config) == ALL
+        window = kind.local_reach(config) if kind.sliding else T if dense else config.local_window
         parts = v4_layer_flops(
-            "sliding" if kind == "swa" or dense else kind,
+            "sliding" if kind.sliding or dense else name,
             length=T,
             d_model=d,
             heads=config.heads,
             head_dim=d // config.heads,
             kv_heads=1 if config.shared_kv else config.heads,
-            ratio=config.hca_stride if kind == "hca" else config.stride,
-            local_window=config.window if kind == "swa" else T if dense else config.local_window,
+            ratio=kind.ratio(config),
+            local_window=window,
             q_rank=config.q_rank,
             o_groups=config.o_groups,
             o_rank=config.o_rank,

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 from weakspots.sims.experiments.induction.induction_collision import MODELS
 
 CAPTION = (
@@ -33,4 +33,4 @@ def make(results, predictions):
     ax.set_ylabel("N x (L collided - L distinct)")
     ax.set_title("collision cost x N")
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

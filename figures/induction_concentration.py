@@ -3,7 +3,7 @@ offsets of key and value gates, from the start to the end state."""
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "Each gate's static exp(H(E[alpha])) (x) against per-window E[exp(H(alpha))] (y), from "
@@ -34,4 +34,4 @@ def make(results, predictions):
         ax.set_ylabel("per-window E[exp(H(alpha))]")
         ax.set_title("key gates" if branch == 0 else "value gates")
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

@@ -3,7 +3,7 @@ flows and SGD."""
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, figure, legend_below
+from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 from weakspots.sims.experiments.induction.runs import wilson
 
 CAPTION = (
@@ -40,4 +40,4 @@ def make(results, predictions):
         ax.set_ylabel("probability")
         ax.set_title(f"S={s}, m={m}")
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

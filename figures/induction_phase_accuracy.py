@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, THEORY, figure, legend_below
+from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels
 from weakspots.sims.experiments.induction.runs import FLOW
 
 CAPTION = (
@@ -33,4 +33,4 @@ def make(results, predictions):
         f"S={FLOW.stride} m={FLOW.heads} L={FLOW.chunks} N={FLOW.vocab} gamma={FLOW.gamma:g} beta={FLOW.beta:g}"
     )
     legend_below(fig, ncol=2)
-    return fig
+    return letter_panels(fig)

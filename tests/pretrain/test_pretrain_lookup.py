@@ -1,5 +1,6 @@
 """The paper's lookup: position-matched designs for both paddings, the scoring, the report."""
 
+import argparse
 import dataclasses
 import math
 
@@ -339,3 +340,17 @@ def test_cli_evaluates_a_run_directory_seed_by_seed(capsys, tmp_path, tokenizer)
     other = _tiny_run(tmp_path / "other", 100, seeds=1)
     code, out, err = _run(capsys, "lm", "lookup", "--checkpoint", str(other / "seed-0"))
     assert code == 2 and "error: --checkpoint" in err and "vocabulary of 100" in err
+
+
+def test_cli_text_reports_read_their_numbers():
+    from weakspots.sims.cli import lookup as cli
+
+    out = {"padding": "prefix", **lookup.report([_result([0.5, 1.0, 0.25, 1.0], 8)] * 2)}
+    text = cli.report_text(out)
+    assert "gap 0.750 (best residue 1, worst 2" in text and "dominant period 2" in text
+    assert "mean accuracy 0.688" in text
+    prompts = lookup.design("in-sequence", modulus=4, prompts_per_residue=4)
+    args = argparse.Namespace(padding="in-sequence", modulus=4, prompts_per_residue=4, seed=0)
+    design = cli.design_text(cli.design_report(args, prompts))
+    length = prompts[0].tokens.size
+    assert f"16 prompts of {length} tokens" in design and f"query position [{length - 1}]" in design

@@ -51,6 +51,7 @@ from weakspots.sims.experiments.induction import (
     induction_concentration,
     induction_coverage,
     induction_phase_accuracy,
+    induction_time,
 )
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
@@ -149,5 +150,6 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     readout_exact.EXPERIMENT,
     learned_gain_law.EXPERIMENT,
     footprint_selection.EXPERIMENT,
+    induction_time.EXPERIMENT,
 )
 

@@ -198,12 +198,17 @@ def run(args: argparse.Namespace) -> int:
         from weakspots.figures.probe import save
 
         report["figures"] = save(report, args.figures)
+        if config.task == "records":
+            from weakspots.figures.probe_profiles import save_records
+
+            report["figures"] += save_records(report, args.figures)
     if args.json:
         common.print_json(report)
     else:
         print(format_report(report))
     if report["planned"] and not report["trials"] and not report["unasked"]:
         first = report["failed_trials"][0]["error"] if report["failed_trials"] else "-"
+        first = " ".join(str(first).split())
         print(
             f"weakspots probe: error: no trial scored: all {report['failed']} failed "
             f"(the first: {first})",
@@ -259,7 +264,9 @@ def format_report(report: dict) -> str:
     """The report as text: one table per stride, then its summary lines."""
     lines = [
         f"probe {report['backend']} {report['model']} ({report['task']}, tokenizer "
-        f"{report['tokenizer']}): {report['trials']} trials scored, {report['failed']} failed"
+        f"{report['tokenizer']}"
+        + (", control design: phases are the labels k, t" if report.get("design") == "control" else "")
+        + f"): {report['trials']} trials scored, {report['failed']} failed"
         + (f", {report['unasked']} not asked" if report["unasked"] else "")
     ]
     for s, st in report["by_stride"].items():

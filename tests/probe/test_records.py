@@ -113,3 +113,31 @@ def test_bad_records_input_is_refused_in_one_line(tmp_path, capsys, flags, messa
     code = main(args + flags)
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and message in err, err
+
+
+def test_the_deepseek_profiles_are_the_papers_counts_with_their_wilson_bounds():
+    """The shipped reference data: accuracy = correct / n, and the bounds recomputed here
+    from the counts (`idealized.metrics.wilson_interval`), to the data's 0.01 points."""
+    from weakspots.idealized.metrics import wilson_interval
+    from weakspots.probe.records import deepseek_profiles
+
+    models = deepseek_profiles()["models"]
+    assert [m["S"] for m in models] == [4, 4, 4, 4, 2] and all(len(m["acc"]) == 8 for m in models)
+    for m in models:
+        for c, acc, lo, hi in zip(m["correct"], m["acc"], m["lo"], m["hi"], strict=True):
+            assert abs(100 * c / m["n"] - acc) < 0.006
+            low, high = wilson_interval(c / m["n"], m["n"])
+            assert abs(100 * low - lo) < 0.011 and abs(100 * high - hi) < 0.011
+    flash = next(m for m in models if m["name"] == "DeepSeek-V4-Flash-Base")
+    assert flash["correct"][3] == 76 and round(flash["gap"], 1) == 40.2  # PAPER.md section 2
+
+
+def test_a_scan_is_drawn_beside_the_deepseek_profiles(tmp_path):
+    server = serve(RecordsModel(modulus=4, residue=1, miss=0.7))
+    try:
+        code = main(["probe", "--url", server.url, "--model", "weak", "--tokenizer", "byte",
+                     "--task", "records", "--stride", "4", "--trials", "16", "--context", "160",
+                     "--figures", str(tmp_path), "--quiet"])  # fmt: skip
+    finally:
+        server.close()
+    assert code == 0 and (tmp_path / "probe_records_deepseek.png").stat().st_size > 10_000

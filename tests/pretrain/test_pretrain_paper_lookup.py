@@ -52,6 +52,23 @@ def runs(tmp_path):
     return tmp_path
 
 
+def test_the_sweeps_layout_is_read_with_its_commands_and_validation_loss(tmp_path):
+    """As `sims.pretrain.sweep.record` writes a design: reports under their padding, the
+    commands beside them as `<padding>_command` after a `pretrain_command`."""
+    entry = {"design": "w8s8_1kv", "config": W8S8, "pretrain_command": "weakspots lm pretrain X",
+             "history": {"val_loss": [[3.0, 3.2], [2.5, 2.7]]}}  # fmt: skip
+    for padding in lookup.PADDINGS:
+        entry[f"{padding}_command"] = f"weakspots lm lookup --padding {padding}"
+        entry[padding] = _report(WEAK, W8S8, padding)
+    (tmp_path / "w8s8_1kv.json").write_text(json.dumps(entry))
+    designs = pl.read_recordings(tmp_path)["designs"]
+    assert [d["padding"] for d in designs] == list(lookup.PADDINGS)
+    assert designs[1]["command"] == (
+        "weakspots lm pretrain X && weakspots lm lookup --padding in-sequence"
+    )
+    assert designs[0]["val_loss"] == pytest.approx(2.6)
+
+
 def test_recordings_are_read_and_their_statistics_recomputed(runs):
     results = pl.read_recordings(runs)
     assert results["source"] == "recorded"

@@ -127,19 +127,32 @@ def summarise(report: dict, command: str | None = None, val_loss=None) -> dict:
     }  # fmt: skip
 
 
+def _final_val_loss(history) -> float | None:
+    """The last recorded validation loss (mean over seeds) of a `history.json`-like dict."""
+    losses = history.get("val_loss") if isinstance(history, dict) else None
+    return float(np.mean(losses[-1])) if losses else None
+
+
 def _reports(node, command=None, val_loss=None):
-    """Every lookup report inside a recorded JSON value, with the command that made it (its
-    own `command`, or the nearest enclosing one) and a recorded validation loss if any."""
+    """Every lookup report inside a recorded JSON value, with the command that made it and a
+    recorded validation loss if any. A report's command is its own `command`, or, for a
+    report under key `k`, its parent's `k_command` (after its `pretrain_command`, as the
+    sweep records them), or the nearest enclosing `command`."""
     if isinstance(node, dict):
         command = node.get("command") if isinstance(node.get("command"), str) else command
         for key in ("val_loss", "validation_loss"):
             if isinstance(node.get(key), int | float):
                 val_loss = float(node[key])
+        val_loss = _final_val_loss(node.get("history")) or val_loss
         if "residue_accuracy" in node and "padding" in node:
             yield node, command, val_loss
             return
-        for value in node.values():
-            yield from _reports(value, command, val_loss)
+        for key, value in node.items():
+            own = node.get(f"{key}_command")
+            if isinstance(own, str):
+                before = node.get("pretrain_command")
+                own = f"{before} && {own}" if isinstance(before, str) else own
+            yield from _reports(value, own if isinstance(own, str) else command, val_loss)
     elif isinstance(node, list):
         for value in node:
             yield from _reports(value, command, val_loss)
@@ -160,7 +173,8 @@ def read_recordings(runs: Path) -> dict:
             }
             continue
         designs += [summarise(r, c, v) for r, c, v in _reports(recorded)]
-    return {"source": "recorded", "designs": designs, "headline": headline}
+    unique = {(d["label"], d["padding"], json.dumps(d["residue_accuracy"])): d for d in designs}
+    return {"source": "recorded", "designs": list(unique.values()), "headline": headline}
 
 
 # ----------------------------------------------------------------------------- the sizes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import textwrap
 
 
@@ -71,4 +72,9 @@ class Parser(argparse.ArgumentParser):
         return ""
 
     def error(self, message: str):
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if wrong:  # a mistyped verb or choice: the nearest one
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            near = difflib.get_close_matches(wrong.group(1), choices, n=1, cutoff=0.6)
+            message += f" (did you mean {near[0]}?)" if near else ""
         self.exit(2, f"{self.prog}: error: {message}\n")

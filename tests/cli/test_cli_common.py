@@ -70,6 +70,15 @@ def test_unknown_flag_names_the_verb_and_the_nearest_flag(capsys):
         assert f"did you mean {near}?" in err and len(err.splitlines()) == 1, err
 
 
+def test_a_mistyped_verb_gets_the_nearest_one(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["trian", "--steps", "3"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("weakspots: error: argument verb: invalid choice: 'trian'")
+    assert err.strip().endswith("(did you mean train?)")
+
+
 def test_every_verb_and_sub_verb_answers_in_its_own_name(capsys):
     for verb, parser in _parsers(build_parser()):
         if parser._subparsers is not None:

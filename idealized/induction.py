@@ -114,6 +114,11 @@ class InductionTrainConfig(InductionConfig):
         for name in ("batch", "steps", "eval_every", "eval_contexts"):
             _int_at_least(name, getattr(self, name), 1)
 
+    @property
+    def static(self) -> InductionTrainConfig:
+        """The fields that fix the compiled program (a sweep's bucket)."""
+        return self.replace(seed=0, init_scale=0.0, lr=1.0, gamma=1.0, beta=1.0, kappa=0.0)
+
 
 @dataclass(frozen=True)
 class InductionFlowConfig(InductionConfig):
@@ -136,6 +141,11 @@ class InductionFlowConfig(InductionConfig):
         _int_at_least("saves", self.saves, 2)
         _int_at_least("max_steps", self.max_steps, 1)
         _int_at_least("contexts", self.contexts, 1)
+
+    @property
+    def static(self) -> InductionFlowConfig:
+        """The fields that fix the compiled program (a sweep's bucket)."""
+        return self.replace(seed=0, init_scale=0.0, gamma=1.0, beta=1.0, kappa=0.0, t1=1.0)
 
 
 class StaticGates(eqx.Module):

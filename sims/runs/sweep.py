@@ -1,7 +1,8 @@
 """Sweeps: a declared grid of runs, executed in compiled buckets over a device mesh, into a store.
 
 A sweep spec (TOML) names `kind = "train" | "flow" | "lm"` (`lm`: the decoders of
-`sims.decoder`, trained on the default device), a `[fixed]` table and a `[grid]` table of
+`sims.decoder`, trained on the default device; `induction_train`, `induction_flow`: the
+paper's idealised model, `sims.induction`, one run at a time), a `[fixed]` table and a `[grid]` table of
 lists whose cartesian product are the runs; keys are the config field names (the
 command-line flag names, `-` or `_`). Runs are grouped into buckets that share one
 compiled program (`TrainConfig.static` or `FlowConfig.static`), each bucket runs in
@@ -39,11 +40,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.idealized import induction
 from weakspots.idealized.decoder.config import DESIGNS, LMConfig, with_design
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.toy.config import ConfigError, FlowConfig, TrainConfig
 from weakspots.sims.decoder import sweep as lm_sweep
+from weakspots.sims.induction import sweep as induction_sweep
 from weakspots.sims.runs import store
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.toy import flow as flow_lib
@@ -64,7 +67,7 @@ __all__ = [
     "start_distributed",
 ]
 
-KINDS = ("train", "flow", "lm")
+KINDS = ("train", "flow", "lm", "induction_train", "induction_flow")
 MESH_AXIS = "runs"
 MEMORY_FRACTION = 0.5  # of a device's free memory one batch may take (`device_memory_bytes`)
 MAX_RUNS_PER_DEVICE = 1024
@@ -80,7 +83,13 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-CONFIGS: dict[str, type] = {"train": TrainConfig, "flow": FlowConfig, "lm": LMConfig}
+CONFIGS: dict[str, type] = {
+    "train": TrainConfig,
+    "flow": FlowConfig,
+    "lm": LMConfig,
+    "induction_train": induction.InductionTrainConfig,  # the paper's idealised model
+    "induction_flow": induction.InductionFlowConfig,
+}
 
 
 @dataclass(frozen=True)
@@ -314,6 +323,8 @@ def _bytes_per_run(run: Run) -> int:
         return 64 * config.saves * config.heads * config.stride * 8 + 2**16
     if run.kind == "lm":
         return lm_sweep.bytes_per_run(config)
+    if run.kind.startswith("induction"):
+        return induction_sweep.BYTES_PER_RUN
     width = 1 if config.model.uses_gram else config.dim
     per_needle = config.chunks * config.stride * width * config.heads
     eval_needles = config.eval_samples if config.model.uses_gram else 256
@@ -537,7 +548,19 @@ def _lm_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]
     return lm_sweep.execute([r.config for r in runs], padded)
 
 
-EXECUTE: dict[str, Callable] = {"train": _train_batch, "flow": _flow_batch, "lm": _lm_batch}
+def _induction_batch(runs: Sequence[Run], mesh, padded: int) -> list[tuple[dict, dict]]:
+    del mesh, padded  # one run at a time on the default device, one compile per bucket
+    execute = {"induction_train": induction_sweep.execute_train, "induction_flow": induction_sweep.execute_flow}
+    return execute[runs[0].kind]([r.config for r in runs])
+
+
+EXECUTE: dict[str, Callable] = {
+    "train": _train_batch,
+    "flow": _flow_batch,
+    "lm": _lm_batch,
+    "induction_train": _induction_batch,
+    "induction_flow": _induction_batch,
+}
 
 
 @dataclass

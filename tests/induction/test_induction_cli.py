@@ -70,3 +70,18 @@ def test_train_reports_positions_and_phase_accuracy(capsys):
                          "--lr", "1", "--batch", "64", "--seeds", "2", "--json"])
     assert len(out["runs"]) == 2 and len(out["phase_accuracy"]) == 3
     assert all(len(r["key_weights"]) == 2 for r in out["runs"])
+
+
+@pytest.mark.slow
+def test_a_sweep_of_induction_flows_fills_the_store(tmp_path):
+    from weakspots.sims.runs import store
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        'kind = "induction_flow"\n[fixed]\nstride = 4\nheads = 2\nt1 = 800.0\nsaves = 5\n'
+        "[grid]\nseed = [3, 4]\n"
+    )
+    assert main(["sweep", str(spec), "--store", str(tmp_path / "store"), "--quiet"]) == 0
+    table = store.load(tmp_path / "store")
+    assert sorted(table["seed"]) == [3, 4]
+    assert all(len(p) == 2 for p in table["positions"])

@@ -181,14 +181,15 @@ def read_recordings(runs: Path) -> dict:
 
 
 def _planted_logits(vocab: int, stride: int | None, misses: frozenset, seed: int):
-    """Induction (the token after the last token's earlier occurrence) that fails where that
-    occurrence's position modulo `stride` is in `misses`, and on a seeded tenth of prompts."""
+    """Induction (the token after the last token's earlier occurrence); a compressed one
+    (`stride` given) fails where that occurrence's position modulo `stride` is in `misses`,
+    and on a seeded tenth of prompts."""
 
     def logits_fn(tokens):
         predicted = np.zeros(len(tokens), dtype=np.int64)
         for b, row in enumerate(tokens):
             at = np.flatnonzero(row[:-1] == row[-1])[-1]
-            slip = (hash((seed, int(row[-1]), int(at))) % 10) == 0
+            slip = stride is not None and (hash((seed, int(row[-1]), int(at))) % 10) == 0
             blind = stride is not None and at % stride in misses
             predicted[b] = 0 if blind or slip else row[at + 1]
         return np.eye(vocab, dtype=np.float32)[predicted]

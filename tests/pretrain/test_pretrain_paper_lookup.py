@@ -189,3 +189,32 @@ def test_nothing_recorded_yet_gives_no_rows_the_papers_table_and_a_labelled_figu
         assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
     finally:
         matplotlib.pyplot.close(fig)
+
+
+def test_full_reruns_the_recorded_commands_and_compares_their_numbers(tmp_path):
+    """Commands that print a report (here `cat` of a file) stand in for pretraining; a rerun
+    printing other numbers than recorded fails the reproduction row."""
+    runs, printed = tmp_path / "runs", tmp_path / "printed"
+    runs.mkdir(), printed.mkdir()
+    for name, profile, config in (("w8s8", WEAK, W8S8), ("full", FLAT, FULL)):
+        entry = {"pretrain_command": "true"}
+        for padding in lookup.PADDINGS:
+            report = _report(profile, config, padding)
+            if name == "full" and padding == "in-sequence":  # the rerun prints other numbers
+                changed = np.asarray(report["residue_accuracy"])
+                changed[0, 3] = 0.0
+                (printed / f"{name}_{padding}.json").write_text(
+                    json.dumps({**report, "residue_accuracy": changed.tolist()})
+                )
+            else:
+                (printed / f"{name}_{padding}.json").write_text(json.dumps(report))
+            entry[f"{padding}_command"] = f"cat {printed / f'{name}_{padding}.json'}"
+            entry[padding] = report
+        (runs / f"{name}.json").write_text(json.dumps(entry))
+    results = pl.retrained(runs)
+    assert results["source"] == "trained" and len(results["designs"]) == 4
+    rows = [r for r in pl.rows(results, pl.predict(pl.SIZES["full"], results))
+            if "reproduces" in r.name]  # fmt: skip
+    failing = [r.config.split(";")[0] for r in rows if not r.passed]
+    assert len(rows) == 4 and failing == ["full attention, 1 KV, in-sequence padding"]
+    assert all(r.kind == "consistency" for r in rows)

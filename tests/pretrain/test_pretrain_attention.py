@@ -140,7 +140,16 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+DEFAULT_VARIANTS = ("full_1kv", "w4s2_overlap", "vector_gates", "tail", "tied_kv")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        v if v in DEFAULT_VARIANTS else pytest.param(v, marks=pytest.mark.slow)
+        for v in sorted(VARIANTS)
+    ],
+)
 def test_layer_equals_numpy_reference(variant):
     cfg = config(**VARIANTS[variant])
     module = layer(cfg)
@@ -150,8 +159,11 @@ def test_layer_equals_numpy_reference(variant):
         np.testing.assert_allclose(got[b], reference(module, x[b]), rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.parametrize("gate", ["scalar", "vector", "uniform"])
-@pytest.mark.parametrize("stride", [4, 3])
+@pytest.mark.parametrize(
+    ("gate", "stride"),
+    [("scalar", 4), ("vector", 3), pytest.param("uniform", 4, marks=pytest.mark.slow),
+     pytest.param("scalar", 3, marks=pytest.mark.slow)],
+)  # fmt: skip
 def test_entries_equal_per_window_pooling(gate, stride):
     cfg = config(gate=gate, stride=stride, post_norm=gate == "vector")
     module = layer(cfg)

@@ -50,6 +50,7 @@ def test_resumed_run_equals_uninterrupted_bit_for_bit(tmp_path):
             np.testing.assert_array_equal(a[key], b[key])
 
 
+@pytest.mark.slow
 def test_loss_decreases_and_checkpoints_load(tmp_path):
     config = TINY.replace(steps=30, seeds=2, checkpoint_every=0, log_every=5)
     history = pretrain(config, out_dir=tmp_path, data=counting)

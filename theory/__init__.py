@@ -81,9 +81,10 @@ from .induction import distinct_assignment as induction_distinct_assignment
 from .induction import eps_bound as induction_eps_bound
 from .induction import eps_for_coverage as induction_eps_for_coverage
 from .induction import expected_uncovered as induction_expected_uncovered
-from .induction import growth_rate as induction_growth_rate
 from .induction import normaliser_excess as induction_normaliser_excess
 from .induction import optimal_assignments as induction_optimal_assignments
+from .induction import pair_coupling as induction_pair_coupling
+from .induction import pair_growth_rate as induction_pair_growth_rate
 from .induction import population_loss as induction_population_loss
 from .induction import selected_positions as induction_selected_positions
 from .interventions import ablation_effect as ablation_effect

@@ -176,23 +176,70 @@ def expected_uncovered(heads: int, stride: int) -> float:
     return p * (1.0 - 1.0 / p) ** heads
 
 
-def growth_rate(stride: int, chunks: int, gamma: float, beta: float, support: int | None = None) -> float:
-    """The rate c at which a head's pair modes grow from uniform gates over `support`
-    positions (default S):
+def pair_coupling(stride: int, chunks: int, gamma: float, beta: float) -> float:
+    """The key-value coupling c of one head's pair modes at uniform gates: the loss's
+    quadratic part holds -c sum_r u_r w_r (u: centred key logits on r, w: centred value
+    logits on r + 1), with
 
-        c = beta gamma A0 (1 - A0) / ((S-1) n^2),  A0 = e^{gamma/n} / (e^{gamma/n} + L - 1),
+        c = beta gamma A0 (1 - A0) / ((S-1) S^2),  A0 = e^{gamma/S} / (e^{gamma/S} + L - 1)
 
-    independent of N (the normaliser enters at O(1/N)). With n = S - 1 it is the rate after
-    the early drift has emptied the final key and the first value position."""
-    n = stride if support is None else support
-    a0 = math.exp(gamma / n) / (math.exp(gamma / n) + chunks - 1)
-    return beta * gamma * a0 * (1.0 - a0) / ((stride - 1) * n**2)
+    (docs/induction.md §4); independent of N (the normaliser enters at O(1/N))."""
+    a0 = math.exp(gamma / stride) / (math.exp(gamma / stride) + chunks - 1)
+    return beta * gamma * a0 * (1.0 - a0) / ((stride - 1) * stride**2)
+
+
+def _head_loss(key_logits, value_logits, chunks, gamma, beta):
+    """One head's loss to leading order in 1/N: -beta/(S-1) sum_r A(gamma pK(r)) pV(r+1)."""
+    pk = np.exp(key_logits - key_logits.max())
+    pk /= pk.sum()
+    pv = np.exp(value_logits - value_logits.max())
+    pv /= pv.sum()
+    g = gamma * pk[:-1]
+    a = np.exp(g) / (np.exp(g) + chunks - 1)
+    return -beta * float(np.sum(a * pv[1:])) / (len(pk) - 1)
+
+
+def pair_growth_rate(stride: int, chunks: int, gamma: float, beta: float, emptied: bool = False) -> float:
+    """The rate at which a head's pair modes grow: the top eigenvalue of minus the Hessian of
+    one head's leading-order loss (`_head_loss`) on the zero-sum pair modes (centred key
+    logits on 0..S-2, centred value logits on 1..S-1), at uniform gates, or with `emptied`
+    at the state the early drift leads to (final key and first value position empty:
+    uniform on the other S - 1). Central differences of the closed form (h = 1e-4)."""
+    s = stride
+    base_k = np.zeros(s)
+    base_v = np.zeros(s)
+    if emptied:
+        base_k[-1] = base_v[0] = -np.inf
+    basis = []
+    for m in range(s - 2):
+        x = np.zeros(s - 1)
+        x[m], x[m + 1] = 1.0, -1.0
+        basis.append(np.concatenate([x, np.zeros(s - 1)]))
+        basis.append(np.concatenate([np.zeros(s - 1), x]))
+    q, _ = np.linalg.qr(np.array(basis).T)
+
+    def loss(y):
+        k, v = base_k.copy(), base_v.copy()
+        k[:-1] += y[: s - 1]
+        v[1:] += y[s - 1 :]
+        return _head_loss(k, v, chunks, gamma, beta)
+
+    h = 1e-4
+    n = q.shape[1]
+    hess = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i, n):
+            e, f = h * q[:, i], h * q[:, j]
+            hess[i, j] = hess[j, i] = (
+                loss(e + f) - loss(e - f) - loss(-e + f) + loss(-e - f)
+            ) / (4 * h * h)
+    return float(np.linalg.eigvalsh(-hess).max())
 
 
 def concentration_slope(stride: int, chunks: int, gamma: float, beta: float) -> float:
-    """d t / d log(1/rho) of the time to concentrate as rho -> 0: 1 / c at n = S - 1 (the
-    pair modes grow from rho after the drift; docs/induction.md §4)."""
-    return 1.0 / growth_rate(stride, chunks, gamma, beta, support=stride - 1)
+    """d t / d log(1/rho) of the time to concentrate for small rho: 1 / the pair modes' rate
+    at the drifted state (`pair_growth_rate(emptied=True)`; docs/induction.md §4)."""
+    return 1.0 / pair_growth_rate(stride, chunks, gamma, beta, emptied=True)
 
 
 def eps_bound(heads: int, gamma: float, beta: float, eps: float) -> float:

@@ -188,7 +188,8 @@ def predictions(config: induction.InductionConfig, positions=None) -> dict:
     out |= {
         "coverage_distribution": theory.induction_coverage_distribution(m, s).tolist(),
         "expected_uncovered": theory.induction_expected_uncovered(m, s),
-        "growth_rate": theory.induction_growth_rate(s, big_l, g, b),
+        "pair_coupling": theory.induction_pair_coupling(s, big_l, g, b),
+        "growth_rate": theory.induction_pair_growth_rate(s, big_l, g, b),
         "concentration_slope": theory.induction_concentration_slope(s, big_l, g, b),
         "eps_loss_bound": theory.induction_eps_bound(m, g, b, config.eps),
     }

@@ -157,8 +157,8 @@ def test_eps_bound_holds_for_a_perturbed_gram():
     assert 0 < abs(le - l0) <= bound
 
 
-def test_growth_rate_is_the_hessian_pair_coupling():
-    """c of theory.induction_growth_rate against the mixed finite difference of the closed-form
+def test_pair_coupling_is_the_loss_mixed_derivative():
+    """c of theory.induction_pair_coupling against the mixed finite difference of the closed-form
     loss of one head at uniform gates: key mode t_K (e_0 - e_1), value mode t_V (e_1 - e_2),
     whose coupling is -c sum_r u_r w_r = -2 c t_K t_V."""
     s, chunks, vocab, gamma, beta = 4, 8, 10**9, 6.0, 2.0
@@ -173,4 +173,27 @@ def test_growth_rate_is_the_hessian_pair_coupling():
 
     h = 1e-3
     mixed = (loss(h, h) - loss(h, -h) - loss(-h, h) + loss(-h, -h)) / (4 * h**2)
-    assert -mixed / 2 == pytest.approx(theory.induction_growth_rate(s, chunks, gamma, beta), rel=1e-5)
+    assert -mixed / 2 == pytest.approx(theory.induction_pair_coupling(s, chunks, gamma, beta), rel=1e-5)
+
+
+@pytest.mark.parametrize("gamma,beta", [(6.0, 2.0), (3.0, 5.0)])
+def test_pair_growth_rate_from_the_full_closed_form(gamma, beta):
+    """The rate (leading-order head loss, emptied positions at -inf) against the top
+    eigenvalue of minus the Hessian of the full closed form (N = 1e12, emptied logits at -40)
+    on the zero-sum pair modes, built here from its own basis."""
+    s, chunks = 4, 8
+
+    def loss(y):
+        k = np.concatenate([y[:3], [-40.0]])
+        v = np.concatenate([[-40.0], y[3:]])
+        pk, pv = np.exp(k) / np.exp(k).sum(), np.exp(v) / np.exp(v).sum()
+        return theory.induction_population_loss(pk[None], pv[None], chunks, 1e12, gamma, beta)
+
+    zero_sum = np.array([[1, -1, 0], [1, 1, -2]]) / np.array([[np.sqrt(2)], [np.sqrt(6)]])
+    basis = [np.concatenate([z, 0 * z]) for z in zero_sum] + [np.concatenate([0 * z, z]) for z in zero_sum]
+    h = 1e-4
+    hess = np.array([[
+        (loss(h * (a + b)) - loss(h * (a - b)) - loss(h * (b - a)) + loss(-h * (a + b))) / (4 * h * h)
+        for b in basis] for a in basis])
+    top = np.linalg.eigvalsh(-hess).max()
+    assert theory.induction_pair_growth_rate(s, chunks, gamma, beta, emptied=True) == pytest.approx(top, rel=1e-4)

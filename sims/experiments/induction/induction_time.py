@@ -1,5 +1,6 @@
 """The time to concentrate of the induction model (docs/induction.md §4): its slope in
-log(1/rho) against 1/c at S - 1 positions, and its independence of N."""
+log(1/rho) against 1 / theory.induction_pair_growth_rate(emptied=True), and its
+independence of N."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.experiments.induction.runs import flows
 
 BASE = InductionFlowConfig(stride=4, heads=1, chunks=8, vocab=4096, t1=1000.0, saves=301)
-RHOS = (1e-3, 1e-6)
+RHOS = (1e-5, 1e-9)  # small enough that the early drift is nearly done
 LEVEL = 0.5  # a head has concentrated when its largest key weight reaches this
 
 
@@ -63,26 +64,27 @@ def predict(size: Size, results: dict) -> dict:
     del results
     return {
         "slopes": [theory.induction_concentration_slope(4, 8, g, b) for g, b in size.scales],
-        "uniform_rates": [theory.induction_growth_rate(4, 8, g, b) for g, b in size.scales],
+        "uniform_rates": [theory.induction_pair_growth_rate(4, 8, g, b) for g, b in size.scales],
     }
 
 
 def rows(results: dict, predictions: dict) -> list[Row]:
-    """Findings: the asymptotic slope (rho -> 0) against the slope between rho = 1e-3 and
-    1e-6, within 5%; the median time at each N against the first N's, within 5%."""
+    """The predicted slope against the slope between rho = 1e-5 and 1e-9 (5%); the median
+    time at each N against the first N's (a finding, 5%)."""
     out = []
     for measured, predicted in zip(results["slopes"], predictions["slopes"], strict=True):
         out.append(Row(
-            "induction: d t_concentrate / d log(1/rho) = 1/c at S-1 positions",
+            "induction: d t_concentrate / d log(1/rho) = 1 / pair-mode rate after the drift",
             f"S=4 m=1 L=8 N=4096 gamma={measured['gamma']:g} beta={measured['beta']:g}, median of "
-            f"{results['seeds']} flows, rho 1e-3 -> 1e-6 (asymptotic law)",
-            kind="prediction", predicted=predicted, ode=measured["slope"], tolerance=0.05, finding=True,
+            f"{results['seeds']} flows, rho 1e-5 -> 1e-9; tolerance 5%: the drift still finishing "
+            "(the slope falls towards the law as rho -> 0)",
+            kind="prediction", predicted=predicted, ode=measured["slope"], tolerance=0.05,
         ))
     first = results["times_by_vocab"][0]
     for n, t in zip(results["vocabs"][1:], results["times_by_vocab"][1:], strict=True):
         out.append(Row(
             "induction: the time to concentrate does not depend on N (to O(1/N))",
-            f"S=4 m=1 L=8 rho=1e-3, N={n} against N={results['vocabs'][0]}, median of {results['seeds']} flows",
+            f"S=4 m=1 L=8 rho=1e-5, N={n} against N={results['vocabs'][0]}, median of {results['seeds']} flows",
             kind="consistency", predicted=first, ode=t, tolerance=0.05, finding=True,
         ))
     return out

@@ -112,3 +112,30 @@ def test_sweep_steps_share_the_device_and_record_picks_the_largest_gap(tmp_path)
     assert paper["design"] == "w8s4_1kv" and paper["control"] == "full_1kv"  # beyond noise first
     assert paper["result"]["gap"] == 0.3 and "checkpoints" not in paper["result"]
     assert "runs/pretrain/w8s4_1kv" in paper["command"] and "--stride 4" in paper["command"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--kv-heads", "3"], "--kv-heads"), (["--stride", "9"], "--stride"),
+     (["--attention", "sparse"], "--attention"), (["--checkpoint-every", "7"], "--checkpoint-every")],
+)  # fmt: skip
+def test_cli_bad_flag_is_one_line_and_exit_2(tmp_path, capsys, flags, named):
+    from weakspots.sims.cli import main
+
+    assert main(["lm", "pretrain", "--out", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and named in err
+
+
+@pytest.mark.slow
+def test_cli_pretrains_on_the_corpus_and_reports(tmp_path, capsys):
+    from weakspots.sims.cli import main
+
+    flags = ["lm", "pretrain", "--out", str(tmp_path), "--d-model", "16", "--layers", "1",
+             "--heads", "2", "--head-dim", "8", "--mlp-hidden", "16", "--seq-len", "32",
+             "--batch", "2", "--steps", "4", "--log-every", "2", "--attention", "compressed",
+             "--seeds", "2", "--json", "--quiet"]  # fmt: skip
+    assert main(flags) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["config"]["vocab"] > 100 and len(report["final_loss"]) == 2
+    assert [p.split("/")[-1] for p in report["checkpoints"]] == ["seed-0", "seed-1"]

@@ -1,6 +1,6 @@
 """A records scan beside the paper's five DeepSeek profiles, and a flip scan's margins.
 
-`records(scans)`: accuracy by the target key's residue mod 8 with 95% Wilson intervals,
+`records(scans)`: accuracy by the target key's residue with 95% Wilson intervals,
 the paper's DeepSeek models (`probe/data/deepseek_profiles.json`) in one panel and the
 given scans (reports of `weakspots probe --task records --stride 4,8`) in the other.
 `flip(report)`: the log-probability margin of the first candidate over the second at
@@ -18,9 +18,9 @@ from weakspots.figures.style import COLORS, figure, legend_below
 from weakspots.probe.records import deepseek_profiles
 
 CAPTION = (
-    "Needle accuracy by the target key's position mod 8 (the paper's position-matched records "
-    "test): left, the paper's DeepSeek models (128K-token prompts, 256 per residue; 2,560 for "
-    "V4.1); right, the scans named in the legend at their own size.",
+    "Needle accuracy by the target key's position mod R (the paper's position-matched records "
+    "test): left, the paper's DeepSeek models at R = 8 (128K-token prompts, 256 per residue; "
+    "2,560 for V4.1); right, the scans named in the legend, at their own R and size.",
     "Bars: 95% Wilson intervals.",
 )
 
@@ -34,7 +34,7 @@ def _profile(stats: dict):
 
 
 def records(scans: dict[str, dict], residues: int = 8):
-    """The DeepSeek profiles (left) and each scan's profile at `residues` (right)."""
+    """The DeepSeek profiles (left, mod 8) and each scan's profile at `residues` (right)."""
     fig, axes = figure(2, 1, width=4.4, height=3.2)
     left, right = axes[0]
     x = np.arange(8)
@@ -53,9 +53,9 @@ def records(scans: dict[str, dict], residues: int = 8):
                        fmt="s--", ms=3, lw=1, capsize=2, color=COLORS[(i + 5) % len(COLORS)],
                        label=label)  # fmt: skip
     right.set_title(f"scans ({sum(r['trials'] for r in scans.values())} prompts in all)")
-    for ax in (left, right):
-        ax.set_xlabel(f"target key position mod {residues}")
-        ax.set_xticks(range(residues))
+    for ax, mod in ((left, 8), (right, residues)):
+        ax.set_xlabel(f"target key position mod {mod}")
+        ax.set_xticks(range(mod))
         ax.set_ylim(-0.02, 1.02)
     left.set_ylabel("accuracy")
     legend_below(fig, ncol=2)

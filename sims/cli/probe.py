@@ -61,7 +61,8 @@ def register(subparsers) -> None:
     model.add_argument(
         "--tokenizer",
         default=_DEFAULT.tokenizer,
-        help="byte (id = byte value), server (the server's /tokenize), a tokenizer directory, "
+        help="byte (id = byte value), server (the server's tokenize endpoint: vLLM's, SGLang's, "
+        "llama-server's or llama-cpp-python's), a tokenizer directory, "
         "or auto (the model's own: server for openai, the model directory for hf)",
     )
     model.add_argument(

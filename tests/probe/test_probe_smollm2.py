@@ -32,7 +32,10 @@ pytest.importorskip("accelerate", reason="transformers loads GGUF files with acc
 from weakspots.probe.backends import gguf_to_hf  # noqa: E402
 from weakspots.sims.cli import main  # noqa: E402
 
-SCAN = ["--stride", "4,8", "--context", "384", "--trials", "8", "--seed", "0"]
+STRIDES, TRIALS = (4, 8), 8  # 8 groups of 8 prompts: needle and tail phases crossed at 4 and 8
+PERIOD = 8
+SCAN = ["--stride", ",".join(map(str, STRIDES)), "--context", "384", "--trials", str(TRIALS),
+        "--seed", "0"]  # fmt: skip
 
 
 def _gguf() -> pathlib.Path:
@@ -90,10 +93,10 @@ def test_smollm2_through_hf_is_flat_within_noise_at_strides_4_and_8(hf_scan):
     no needle or tail phase differs from the others beyond what chance gives (permutation
     p-values), and every prompt's text encodes to its ids under the model's tokenizer."""
     report, _ = hf_scan
-    assert report["trials"] == 64 and report["failed"] == 0 and report["unnatural"] == 0
+    assert report["trials"] == PERIOD * TRIALS and report["failed"] == 0 and report["unnatural"] == 0
     correct = sum(a * n for a, n in zip(report["phase_accuracy"], report["phase_samples"], strict=True))
     assert correct / report["trials"] >= 0.9
-    for s in ("4", "8"):
+    for s in map(str, STRIDES):
         stats = report["by_stride"][s]
         assert stats["crossed"]
         assert stats["delta_max_p"] > 0.05 and stats["tail_delta_max_p"] > 0.05, stats
@@ -147,8 +150,8 @@ def test_llama_cpp_pythons_server_gives_the_hf_scans_continuations(llama_cpp_ser
     store = tmp_path / "store"
     served = _probe(capsys, "--url", llama_cpp_server, "--model", "smollm2", "--concurrency", "1",
                     "--store", str(store), "--trials", "1", "--timeout", "600")  # fmt: skip
-    assert served["trials"] == 8 and served["failed"] == 0 and served["tokenizer"] == "server"
+    assert served["trials"] == PERIOD and served["failed"] == 0 and served["tokenizer"] == "server"
     ours, theirs = _continuations(hf_store), _continuations(store)
-    assert set(theirs) <= set(ours) and len(theirs) == 8
+    assert set(theirs) <= set(ours) and len(theirs) == PERIOD
     differ = [(k, ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]]
     assert not differ, differ

@@ -146,8 +146,10 @@ def test_every_config_field_is_a_train_flag():
     dests = {a.dest for a in train._actions if a.option_strings} - {"help"}
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert fields <= dests
-    # and the model kinds' (idealized.footprint.FootprintTrainConfig, selection.SelectionTrainConfig)
+    # and the model kinds' (idealized.footprint.FootprintTrainConfig, selection.SelectionTrainConfig,
+    # idealized.induction.InductionTrainConfig: its own fields, and `contexts` for SGD's samples)
     kinds = {"model", "window", "carry_gain", "decoy_gain", "topk"}
+    kinds |= {"vocab", "gamma", "beta", "kappa", "eps", "gate", "contexts"}
     assert dests - fields == {"seeds", "json", "quiet"} | kinds
     for action in train._actions:
         if action.dest in fields:

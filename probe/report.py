@@ -103,7 +103,7 @@ def profile(labels, correct, blocks, s: int, seed: int = 0, strata=None) -> dict
         out["psc"] = _num(metrics.phase_sensitivity(accuracy))
         spectrum = metrics.harmonic_spectrum(accuracy)
         out["harmonic_spectrum"] = spectrum.tolist()
-        if s >= 2:
+        if s >= 2 and np.max(spectrum[1:]) > 1e-12 * max(spectrum[0], 1.0):  # flat: no period
             out["dominant_period"] = s / (int(np.argmax(spectrum[1:])) + 1)
         out["buckets"] = metrics.bucket_accuracy(accuracy)
     return out

@@ -297,7 +297,7 @@ def format_report(report: dict) -> str:
             lines.append(
                 f"{name}: delta_max {_ci(dm, ci)} p={p:.4f}, worst phase {st[f'{prefix}worst_phase']}, "
                 f"psc {'-' if psc is None else format(psc, '.4f')}, dominant period "
-                f"{'-' if period is None else format(period, 'g')}"
+                f"{'none (flat)' if period is None else format(period, 'g')}"
             )
             buckets = st[f"{prefix}buckets"]
             if buckets:

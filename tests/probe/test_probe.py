@@ -500,3 +500,17 @@ def test_one_scan_at_period_64_resolves_every_stride_and_finds_the_period():
     assert by["8"]["tail_delta_max"] == 0.0 and by["4"]["tail_delta_max"] == 0.0
     assert by["8"]["crossed"] and by["4"]["crossed"] and not by["64"]["crossed"]
     assert by["8"]["tail_delta_max_p"] == 1.0
+
+
+def test_a_flat_profile_has_no_dominant_period():
+    """All wrong (or all right) at every phase: no harmonic beyond the mean, so no period;
+    one weak phase in four at s = 8 has period 4."""
+    from weakspots.probe.report import profile
+
+    labels = np.tile(np.arange(8), 6)
+    blocks = np.repeat(np.arange(6), 8)
+    for value in (False, True):
+        flat = profile(labels, np.full(labels.size, value), blocks, 8)
+        assert flat["dominant_period"] is None
+    planted = profile(labels, labels % 4 != 1, blocks, 8)
+    assert planted["dominant_period"] == 4.0

@@ -168,7 +168,7 @@ def synthetic_position_results():
         p = np.where((data.value_start % 4 == 0) & (name == "compressed"), 0.7, 0.9)
         outcomes = rng.random((2, p.size)) < p
         designs[name] = {
-            "config": {"operator": config.operator, "stride": 4, "seq_len": config.seq_len},
+            "config": {"operator": config.operator, "stride": 4, "seq_len": config.seq_len, "steps": config.steps},
             "seeds": [0, 1],
             "pooled": evaluate.phase_summary(config, outcomes),
         }

@@ -24,7 +24,7 @@ from weakspots.idealized import induction
 from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.sims.induction.summary import end_state
+from weakspots.sims.induction.summary import run_summary
 from weakspots.sims.toy.flow import FlowFailed, gradient_flow_term
 
 EVAL_SEED = 12345  # held-out contexts for log-linear gates' measures, shared by every run
@@ -179,25 +179,7 @@ class FlowHistory:
         """One run as plain data: key_weights, value_weights (H, S) at t1, positions, the
         end state (`summary.end_state`), loss, phase_accuracy, delta_max, and along the flow
         times, loss, key and value weights and effective offsets."""
-        w = self.weights[run]
-        acc = self.phase_accuracy[run]
-        return {
-            "model": "induction",
-            "gate": self.config.gate,
-            "seed": self.seeds[run],
-            "key_weights": w[-1, :, 0].tolist(),
-            "value_weights": w[-1, :, 1].tolist(),
-            **end_state(w[-1, :, 0], w[-1, :, 1]),
-            "loss": float(self.loss[run, -1]),
-            "phase_accuracy": acc.tolist(),
-            "delta_max": float(acc.max() - acc.min()),
-            "times": self.times.tolist(),
-            "loss_along": self.loss[run].tolist(),
-            "key_weights_along": w[:, :, 0].tolist(),
-            "value_weights_along": w[:, :, 1].tolist(),
-            "offsets_along": self.offsets[run].tolist(),
-            "wall_seconds": self.wall_seconds,
-        }
+        return run_summary(self, run)
 
 
 @functools.lru_cache(maxsize=16)

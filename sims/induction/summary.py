@@ -28,3 +28,29 @@ def end_state(key_weights, value_weights) -> dict:
         "distinct": len(covered),
         "uncovered": [r for r in range(s - 1) if r not in covered],
     }
+
+
+def run_summary(history, run: int = 0) -> dict:
+    """One run of a flow's or SGD's history (`flow.FlowHistory`, `train.TrainHistory`) as
+    plain data: key_weights, value_weights (H, S) at the end, the end state, loss,
+    phase_accuracy, delta_max, and along the run times, loss, key and value weights and
+    effective offsets."""
+    w = history.weights[run]
+    acc = history.phase_accuracy[run]
+    return {
+        "model": "induction",
+        "gate": history.config.gate,
+        "seed": history.seeds[run],
+        "key_weights": w[-1, :, 0].tolist(),
+        "value_weights": w[-1, :, 1].tolist(),
+        **end_state(w[-1, :, 0], w[-1, :, 1]),
+        "loss": float(history.loss[run, -1]),
+        "phase_accuracy": acc.tolist(),
+        "delta_max": float(acc.max() - acc.min()),
+        "times": history.times.tolist(),
+        "loss_along": history.loss[run].tolist(),
+        "key_weights_along": w[:, :, 0].tolist(),
+        "value_weights_along": w[:, :, 1].tolist(),
+        "offsets_along": history.offsets[run].tolist(),
+        "wall_seconds": history.wall_seconds,
+    }

@@ -23,7 +23,7 @@ from weakspots.idealized.induction import InductionTrainConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims.induction.flow import eval_contexts, measures, starts, static_measures
-from weakspots.sims.induction.summary import end_state
+from weakspots.sims.induction.summary import run_summary
 
 
 def _problems(key, config, batch):
@@ -101,25 +101,7 @@ class TrainHistory:
 
     def summary(self, run: int = 0) -> dict:
         """One run as plain data, as `FlowHistory.summary` (times are lr x steps)."""
-        w = self.weights[run]
-        acc = self.phase_accuracy[run]
-        return {
-            "model": "induction",
-            "gate": self.config.gate,
-            "seed": self.seeds[run],
-            "key_weights": w[-1, :, 0].tolist(),
-            "value_weights": w[-1, :, 1].tolist(),
-            **end_state(w[-1, :, 0], w[-1, :, 1]),
-            "loss": float(self.loss[run, -1]),
-            "phase_accuracy": acc.tolist(),
-            "delta_max": float(acc.max() - acc.min()),
-            "times": self.times.tolist(),
-            "loss_along": self.loss[run].tolist(),
-            "key_weights_along": w[:, :, 0].tolist(),
-            "value_weights_along": w[:, :, 1].tolist(),
-            "offsets_along": self.offsets[run].tolist(),
-            "wall_seconds": self.wall_seconds,
-        }
+        return run_summary(self, run)
 
 
 def train_runs(config: InductionTrainConfig, seeds: Sequence[int] | None = None) -> TrainHistory:

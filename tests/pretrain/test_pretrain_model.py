@@ -10,23 +10,16 @@ from weakspots.idealized.pretrain.config import PretrainConfig
 from weakspots.idealized.pretrain.model import Backbone, forward_flops
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
+
+from weakspots.benchmarks import pretrain_step  # noqa: E402
 
 CONFIG = PretrainConfig(vocab=37, d_model=32, layers=2, heads=4, kv_heads=2, head_dim=16,
                         mlp_hidden=48, seq_len=20, rope_theta=10000.0)  # fmt: skip
 
 
 def hf_model(config: PretrainConfig):
-    hf_config = transformers.Qwen3Config(
-        vocab_size=config.vocab, hidden_size=config.d_model, intermediate_size=config.mlp_hidden,
-        num_hidden_layers=config.layers, num_attention_heads=config.heads,
-        num_key_value_heads=config.kv_heads, head_dim=config.head_dim,
-        max_position_embeddings=config.seq_len, rms_norm_eps=1e-6,
-        rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
-        tie_word_embeddings=False, attention_dropout=0.0,
-    )  # fmt: skip
-    hf_config._attn_implementation = "eager"
-    return transformers.Qwen3ForCausalLM(hf_config).eval()
+    return pretrain_step.hf_model(config).eval()
 
 
 def copy_weights(model: Backbone, hf) -> None:

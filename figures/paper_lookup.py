@@ -17,6 +17,7 @@ CAPTION = (
     "dominant period of the residue profile.",
 )
 
+UNLEARNED = 0.05  # mean top-1 below which neither model does the lookup at all
 STYLE = {"prefix": dict(ls="-"), "in-sequence": dict(ls="--")}
 
 
@@ -39,7 +40,7 @@ def _title(d) -> str:
         return ""
     beyond = "beyond" if d["gap_beyond_intervals"] else "within"
     period = d["dominant_period"]
-    shown = "-" if period is None else f"{period:g}"
+    shown = "none (flat)" if period is None else f"{period:g}"
     return f"gap {100 * d['gap']:.0f} pts ({beyond} intervals), period {shown}"
 
 
@@ -75,6 +76,9 @@ def make(results, predictions=None):
     if h is not None and h["design"]["gap_beyond_intervals"]:
         head = (f"{h['design']['label']}: worst residue {100 * h['design']['gap']:.0f} points "
                 f"below the best; full attention {100 * h['control']['gap']:.0f}")  # fmt: skip
+    elif h is not None and max(h["design"]["mean_accuracy"], h["control"]["mean_accuracy"]) < UNLEARNED:
+        head = (f"the lookup is not learned at this budget (mean {100 * h['design']['mean_accuracy']:.0f}%, "
+                f"control {100 * h['control']['mean_accuracy']:.0f}%): no gap can show")  # fmt: skip
     elif h is not None:
         head = f"{h['design']['label']}: gap {100 * h['design']['gap']:.0f} points, within the intervals"
     else:

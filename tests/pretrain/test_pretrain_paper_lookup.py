@@ -167,6 +167,21 @@ def test_figure_draws_from_a_recording(runs, tmp_path):
         matplotlib.pyplot.close(fig)
 
 
+def test_a_lookup_at_zero_is_titled_not_learned_and_a_flat_one_within_the_intervals(runs):
+    from weakspots.figures import paper_lookup as drawing
+
+    headline = json.loads((runs / pl.HEADLINE).read_text())
+    for profile, expected in (([0.0] * MODULUS, "not learned"), (FLAT, "within the intervals")):
+        headline["result"] = _report(profile, W8S8, "prefix", wobble=0.0)
+        headline["control_result"] = _report(profile, FULL, "prefix", wobble=0.0)
+        (runs / pl.HEADLINE).write_text(json.dumps(headline))
+        fig = drawing.make(pl.read_recordings(runs))
+        try:
+            assert expected in fig._suptitle.get_text()
+        finally:
+            matplotlib.pyplot.close(fig)
+
+
 def test_tiny_scores_planted_models_with_the_periods_planted():
     """Consistency check of the pipeline: planted blind phases of period 8 and 4 are found
     with those periods, under both paddings."""

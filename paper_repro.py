@@ -419,16 +419,18 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - start
     prov = provenance(size, wall, times, cpu, len(groups))
     write_report(out, rows, captions, errors, prov, tables, made["titles"])
-    counts = experiments.kind_counts(rows)
     failed = [r for r in rows if experiments.failing(r)]
-    by_kind = ", ".join(f"{c['rows']} {kind}" for kind, c in counts.items())
-    findings = summary_counts(rows)["finding"]
+    counts = summary_counts(rows)  # the same counts as REPORT.md's summary
+    checked = ", ".join(
+        f"{kind} {c['held']} held / {c['failed']} failed"
+        for kind, c in counts.items()
+        if kind != "finding"
+    )
+    findings = counts["finding"]
     print(
-        f"[paper_repro] {counts['prediction']['rows']} predictions "
-        f"({counts['prediction']['failing']} failing), {len(rows)} rows in all ({by_kind}), "
-        f"{len(failed)} failing; findings {findings['held']} held, {findings['not held']} not "
-        f"held; {len(captions)} figures, {len(errors)} errors, {wall:.0f} s "
-        f"-> {out / 'REPORT.md'}",
+        f"[paper_repro] {checked}; findings {findings['held']} held, {findings['not held']} "
+        f"not held; {len(rows)} rows, {len(failed)} failing; {len(captions)} figures, "
+        f"{len(errors)} errors, {wall:.0f} s -> {out / 'REPORT.md'}",
         file=sys.stderr,
     )
     return 1 if failed or errors else 0

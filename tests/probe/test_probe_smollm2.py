@@ -62,7 +62,7 @@ def smollm2(gguf, tmp_path_factory):
 
 def _probe(capsys, *flags) -> dict:
     capsys.readouterr()
-    code = main(["probe", *flags, *SCAN, "--json", "--quiet"])
+    code = main(["probe", *SCAN, *flags, "--json", "--quiet"])  # flags after SCAN: theirs win
     out, err = capsys.readouterr()
     assert code == 0, err
     return json.loads(out)

@@ -25,7 +25,7 @@ from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims.induction.summary import run_summary
-from weakspots.sims.toy.flow import FlowFailed, gradient_flow_term
+from weakspots.sims.toy.flow import FlowFailed, gradient_flow, gradient_flow_term
 
 EVAL_SEED = 12345  # held-out contexts for log-linear gates' measures, shared by every run
 SAMPLE_SEED = 54321  # the fixed sample the log-linear flow follows
@@ -58,22 +58,6 @@ def measures(gates, sc, held_out):
     offsets = induction.gate_offsets(gates, held_out, sc.kappa)
     loss = jnp.mean(jax.vmap(lambda t: induction.context_losses(gates, t, sc))(held_out))
     return weights, offsets, loss
-
-
-def _diffeqsolve(config, loss_fn, y0, args, ts, saveat):
-    return diffrax.diffeqsolve(
-        gradient_flow_term(loss_fn),
-        diffrax.Tsit5(),
-        t0=ts[0],
-        t1=ts[-1],
-        dt0=None,
-        y0=y0,
-        args=args,
-        saveat=saveat,
-        stepsize_controller=diffrax.PIDController(rtol=config.rtol, atol=config.atol),
-        max_steps=config.max_steps,
-        throw=False,
-    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -145,7 +129,8 @@ def _loglinear_solver(config: InductionFlowConfig):
                 diffrax.SubSaveAt(t1=True),
             ]
         )
-        sol = _diffeqsolve(config, loss_fn, y0, (sc, sample), ts, saveat)
+        sol = gradient_flow(loss_fn, y0, (sc, sample), ts, rtol=config.rtol, atol=config.atol,
+                            max_steps=config.max_steps, saveat=saveat, throw=False)  # fmt: skip
         (weights, offsets, loss), final = sol.ys
         last = jax.tree_util.tree_map(lambda x: x[0], final)
         accuracy = jnp.mean(

@@ -33,6 +33,7 @@ from weakspots.idealized.decoder.recall import RecallBatch, sample_batch
 from weakspots.idealized.decoder.v4_attention import IndexerStat
 from weakspots.idealized.precision import float64
 from weakspots.sims.runs.progress import Progress
+from weakspots.sims.schedule import warmup_cosine
 from weakspots.sims.toy.train import TrainingDiverged, stack_hyper
 
 DTYPE = jnp.float32
@@ -40,7 +41,6 @@ DTYPE = jnp.float32
 # the older CPU emitters that speed up the toy's sampler compile these programs about twice
 # as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
 jit = jax.jit
-FINAL_LR_FRACTION = 0.1  # the cosine schedule ends at lr / 10
 SEQUENTIAL_FLOPS = 1e8  # model FLOPs per step from which runs advance in turn (`runs_in_sequence`)
 
 
@@ -93,13 +93,8 @@ def merge(config: DecoderConfig, params: nnx.State) -> Decoder:
 
 
 def learning_rate(config: LMConfig, hyper: LMHyper, step) -> Array:
-    """Linear warmup over `warmup` steps, then cosine decay to `FINAL_LR_FRACTION * lr`."""
-    step = step.astype(DTYPE)
-    warm = jnp.minimum(1.0, (step + 1.0) / jnp.maximum(hyper.warmup, 1.0))
-    span = jnp.maximum(config.steps - hyper.warmup, 1.0)
-    progress = jnp.clip((step - hyper.warmup) / span, 0.0, 1.0)
-    cosine = FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
-    return hyper.lr * warm * cosine
+    """Linear warmup, then cosine decay to lr / 10 (`sims.schedule.warmup_cosine`)."""
+    return warmup_cosine(step, lr=hyper.lr, warmup=hyper.warmup, steps=config.steps, dtype=DTYPE)
 
 
 def optimizer(hyper: LMHyper, lr) -> optax.GradientTransformation:

@@ -28,9 +28,9 @@ from weakspots.idealized.pretrain.config import PRETRAIN_HYPER_FIELDS, PretrainC
 from weakspots.idealized.pretrain.model import Backbone, train_flops_per_step
 from weakspots.sims.pretrain import checkpoint
 from weakspots.sims.runs.progress import Progress
+from weakspots.sims.schedule import warmup_cosine
 
 DTYPE = jnp.float32
-FINAL_LR_FRACTION = 0.1  # the cosine ends at lr / 10
 VALIDATION_SEED = 999_983  # the corpus stream every run's validation loss is measured on
 LOG_SECONDS = 10.0  # at most one loss line per this many seconds
 
@@ -88,13 +88,8 @@ def merge(config: PretrainConfig, params: nnx.State) -> Backbone:
 
 
 def learning_rate(config: PretrainConfig, hyper: Hyper, step) -> Array:
-    """Linear warmup over `warmup` steps, then cosine decay to `FINAL_LR_FRACTION * lr`."""
-    step = step.astype(DTYPE)
-    warm = jnp.minimum(1.0, (step + 1.0) / jnp.maximum(hyper.warmup, 1.0))
-    span = jnp.maximum(hyper.steps - hyper.warmup, 1.0)
-    progress = jnp.clip((step - hyper.warmup) / span, 0.0, 1.0)
-    cosine = FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
-    return hyper.lr * warm * cosine
+    """Linear warmup, then cosine decay to lr / 10 (`sims.schedule.warmup_cosine`)."""
+    return warmup_cosine(step, lr=hyper.lr, warmup=hyper.warmup, steps=hyper.steps, dtype=DTYPE)
 
 
 def optimizer(hyper: Hyper, lr) -> optax.GradientTransformation:

@@ -15,8 +15,6 @@ the same tokens and all finish in time. `record` turns the results into
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shlex
@@ -89,22 +87,18 @@ def command(argv: list[str]) -> str:
 
 
 def run_cli(argv: list[str]) -> dict:
-    """The command line's `--json` output of `argv`, run in this process."""
-    from weakspots.sims.cli import main
-
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = main(argv)
-    if code:
-        raise RuntimeError(f"{command(argv)} exited with {code}")
-    return json.loads(buffer.getvalue())
+    """The command line's `--json` output of `argv`, run as the program `weakspots` is (in
+    a child process: the command line sits above this module, which does not import it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "weakspots", *argv], stdout=subprocess.PIPE, text=True
+    )
+    if done.returncode:
+        raise RuntimeError(f"{command(argv)} exited with {done.returncode}")
+    return json.loads(done.stdout)
 
 
 def run_design(design: str, size: str, steps: int, work: Path, *, prompts: int, lookup: bool):
     """Pretrain one design (and score it), writing `work/<design>.json`."""
-    from weakspots.sims.cli.common import enable_compilation_cache
-
-    enable_compilation_cache()  # as the command line run as a program does
     out = str(work / "runs" / design)
     argv = pretrain_argv(design, size, steps, out)
     started = time.perf_counter()

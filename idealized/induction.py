@@ -32,12 +32,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.toy.config import (
-    ConfigError,
-    _int_at_least,
-    _nonnegative_finite,
-    _positive_finite,
-)
+from weakspots import validation as check
+from weakspots.errors import ConfigError
 
 GATES = ("static", "loglinear")
 KEY, VALUE = 0, 1  # the branch axis of the gate logits
@@ -72,16 +68,16 @@ class InductionConfig:
     def __post_init__(self):
         for name in ("gamma", "beta", "kappa", "eps", "init_scale"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        _int_at_least("stride", self.stride, 2)
-        _int_at_least("heads", self.heads, 1)
-        _int_at_least("chunks", self.chunks, 1)
-        _int_at_least("vocab", self.vocab, self.stride * self.chunks)
-        _positive_finite("gamma", self.gamma)
-        _positive_finite("beta", self.beta)
-        _nonnegative_finite("kappa", self.kappa)
-        _nonnegative_finite("eps", self.eps)
-        _nonnegative_finite("init_scale", self.init_scale)
-        _int_at_least("seed", self.seed, 0)
+        check.int_at_least("stride", self.stride, 2)
+        check.int_at_least("heads", self.heads, 1)
+        check.int_at_least("chunks", self.chunks, 1)
+        check.int_at_least("vocab", self.vocab, self.stride * self.chunks)
+        check.positive_finite("gamma", self.gamma)
+        check.positive_finite("beta", self.beta)
+        check.nonnegative_finite("kappa", self.kappa)
+        check.nonnegative_finite("eps", self.eps)
+        check.nonnegative_finite("init_scale", self.init_scale)
+        check.int_at_least("seed", self.seed, 0)
         if self.eps != 0.0:
             raise ConfigError(
                 "eps", f"the simulations are at eps = 0 (theory.induction_eps_bound covers eps > 0), got {self.eps:g}"
@@ -110,9 +106,9 @@ class InductionTrainConfig(InductionConfig):
     def __post_init__(self):
         super().__post_init__()
         object.__setattr__(self, "lr", float(self.lr))
-        _positive_finite("lr", self.lr)
+        check.positive_finite("lr", self.lr)
         for name in ("batch", "steps", "eval_every", "eval_contexts"):
-            _int_at_least(name, getattr(self, name), 1)
+            check.int_at_least(name, getattr(self, name), 1)
 
     @property
     def static(self) -> InductionTrainConfig:
@@ -137,10 +133,10 @@ class InductionFlowConfig(InductionConfig):
         super().__post_init__()
         for name in ("t1", "rtol", "atol"):
             object.__setattr__(self, name, float(getattr(self, name)))
-            _positive_finite(name, getattr(self, name))
-        _int_at_least("saves", self.saves, 2)
-        _int_at_least("max_steps", self.max_steps, 1)
-        _int_at_least("contexts", self.contexts, 1)
+            check.positive_finite(name, getattr(self, name))
+        check.int_at_least("saves", self.saves, 2)
+        check.int_at_least("max_steps", self.max_steps, 1)
+        check.int_at_least("contexts", self.contexts, 1)
 
     @property
     def static(self) -> InductionFlowConfig:

@@ -27,7 +27,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.toy.config import ConfigError, FlowConfig, TrainConfig, _int_at_least
+from weakspots import validation as check
+from weakspots.errors import ConfigError
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
 from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.idealized.toy.task import chi_square, random_integers, split_key, standard_normal
 
@@ -37,7 +39,7 @@ def _check_kind(heads, loss, learn_gain, chunks, topk) -> None:
         raise ConfigError("loss", f"the selection model's loss is mse + KL, got {loss!r}")
     if learn_gain:
         raise ConfigError("learn_gain", "the selection model's gain is fixed")
-    _int_at_least("topk", topk, 1)
+    check.int_at_least("topk", topk, 1)
     if topk > chunks:
         raise ConfigError("topk", f"must be <= --chunks ({chunks}), got {topk}")
 

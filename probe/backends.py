@@ -24,7 +24,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 
-from weakspots.sims.cli.common import UsageError
+from weakspots.errors import UsageError
 
 from .tokenizers import (
     DIALECTS,

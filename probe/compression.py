@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.idealized.toy.config import ConfigError
+from weakspots.errors import ConfigError
 
 OPERATORS = ("mean_pool", "max_pool", "softmax_pool", "deepseek_v4")
 ATTENTION_NAME = "weakspots_chunked"

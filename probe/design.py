@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from weakspots.idealized.toy.config import ConfigError
+from weakspots.errors import ConfigError
 
 from .tokenizers import Tokenizer
 

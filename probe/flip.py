@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from weakspots.sims.cli.common import UsageError
+from weakspots.errors import UsageError
 
 from .design import FILLER, ProbeConfig
 

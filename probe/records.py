@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from weakspots.idealized.toy.config import ConfigError
+from weakspots.errors import ConfigError
 
 from .tokenizers import Tokenizer
 

@@ -24,8 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from weakspots.idealized.toy.config import ConfigError
-from weakspots.sims.cli.common import UsageError
+from weakspots.errors import ConfigError, UsageError
 from weakspots.sims.runs import store as result_store
 from weakspots.sims.runs.progress import Progress
 

@@ -14,7 +14,7 @@ import json
 import pathlib
 import urllib.request
 
-from weakspots.sims.cli.common import UsageError
+from weakspots.errors import UsageError
 
 
 class Tokenizer(abc.ABC):

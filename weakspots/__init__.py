@@ -28,7 +28,7 @@ if (_CHECKOUT / "idealized" / "__init__.py").is_file() and not (
 
 _API = {
     "TrainConfig": "weakspots.idealized.toy.config",
-    "ConfigError": "weakspots.idealized.toy.config",
+    "ConfigError": "weakspots.errors",
     "train": "weakspots.sims.toy.train",
     "train_many": "weakspots.sims.toy.train",
     "TrainResult": "weakspots.sims.toy.train",

@@ -13,18 +13,14 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from weakspots import validation as check
+from weakspots.errors import ConfigError
 from weakspots.idealized.decoder.layers.registry import layer_kind_names, lookup
 from weakspots.idealized.operators.base import DECODER
-from weakspots.idealized.operators.registry import operator_names
-from weakspots.idealized.toy.config import (
-    ConfigError,
-    _boolean,
-    _fixed_weights,
-    _int_at_least,
-    _nonnegative_finite,
-    _one_of,
-    _phase_entropy,
-    _positive_finite,
+from weakspots.idealized.operators.registry import (
+    check_fixed_weights,
+    check_phase_entropy,
+    operator_names,
 )
 
 LM_OPERATORS = operator_names(DECODER)
@@ -171,31 +167,31 @@ class DecoderConfig:
     indexer_pairs: bool = False
 
     def __post_init__(self):
-        _int_at_least("vocab", self.vocab, 2)
+        check.int_at_least("vocab", self.vocab, 2)
         for kind in self.layer_kinds:
             lookup(kind)
-        _int_at_least("layers", len(self.layer_kinds), 1)
-        _int_at_least("d_model", self.d_model, 2)
-        _int_at_least("heads", self.heads, 1)
+        check.int_at_least("layers", len(self.layer_kinds), 1)
+        check.int_at_least("d_model", self.d_model, 2)
+        check.int_at_least("heads", self.heads, 1)
         if self.d_model % self.heads:
             raise ConfigError("heads", f"must divide --d-model ({self.d_model}), got {self.heads}")
-        _int_at_least("mlp", self.mlp, 0)
-        _int_at_least("stride", self.stride, 1)
-        _one_of("operator", self.operator, operator_names(DECODER))
-        _boolean("overlap", self.overlap)
+        check.int_at_least("mlp", self.mlp, 0)
+        check.int_at_least("stride", self.stride, 1)
+        check.one_of("operator", self.operator, operator_names(DECODER))
+        check.boolean("overlap", self.overlap)
         if self.overlap and self.operator != "deepseek_v4":
             raise ConfigError("overlap", f"applies to deepseek_v4 only, not {self.operator}")
-        _int_at_least("window", self.window, 1)
-        _int_at_least("local_window", self.local_window, 0)
-        _int_at_least("rope_dim", self.rope_dim, 0)
+        check.int_at_least("window", self.window, 1)
+        check.int_at_least("local_window", self.local_window, 0)
+        check.int_at_least("rope_dim", self.rope_dim, 0)
         if not self.rope_fraction and (self.rope_dim % 2 or self.rope_dim > self.head_dim):
             raise ConfigError(
                 "rope_dim",
                 f"must be even and <= the head dimension ({self.head_dim}), got {self.rope_dim}",
             )
         self._check_v4()
-        _int_at_least("rank", self.rank, 1)
-        _boolean("stagger", self.stagger)
+        check.int_at_least("rank", self.rank, 1)
+        check.boolean("stagger", self.stagger)
         if self.stagger:
             if self.heads < 2:
                 raise ConfigError(
@@ -214,23 +210,23 @@ class DecoderConfig:
                 )
 
     def _check_v4(self) -> None:
-        _nonnegative_finite("rope_fraction", self.rope_fraction)
+        check.nonnegative_finite("rope_fraction", self.rope_fraction)
         if self.rope_fraction > 1 or self.rotary_dim % 2:
             raise ConfigError(
                 "rope_fraction",
                 f"must be in [0, 1] with int(fraction x head dim {self.head_dim}) even, "
                 f"got {self.rope_fraction}",
             )
-        _int_at_least("hca_stride", self.hca_stride, 1)
-        _int_at_least("indexer_topk", self.indexer_topk, 0)
-        _int_at_least("index_heads", self.index_heads, 1)
-        _int_at_least("index_dim", self.index_dim, 2)
+        check.int_at_least("hca_stride", self.hca_stride, 1)
+        check.int_at_least("indexer_topk", self.indexer_topk, 0)
+        check.int_at_least("index_heads", self.index_heads, 1)
+        check.int_at_least("index_dim", self.index_dim, 2)
         for name in ("shared_kv", "sink", "qk_norm", "separate_values", "indexer_pairs"):
-            _boolean(name, getattr(self, name))
-        _positive_finite("compress_rope_theta", self.compress_rope_theta)
-        _int_at_least("q_rank", self.q_rank, 0)
-        _int_at_least("o_groups", self.o_groups, 0)
-        _int_at_least("o_rank", self.o_rank, 0)
+            check.boolean(name, getattr(self, name))
+        check.positive_finite("compress_rope_theta", self.compress_rope_theta)
+        check.int_at_least("q_rank", self.q_rank, 0)
+        check.int_at_least("o_groups", self.o_groups, 0)
+        check.int_at_least("o_rank", self.o_rank, 0)
         kinds = [lookup(kind) for kind in self.layer_kinds]
         v4 = any(kind.v4 for kind in kinds)
         for name in ("shared_kv", "sink", "qk_norm", "q_rank", "o_groups", "separate_values"):
@@ -298,19 +294,19 @@ class RecallTask:
     filler_vocab: int = 16
 
     def __post_init__(self):
-        _int_at_least("pairs", self.pairs, 1)
-        _int_at_least("key_len", self.key_len, 1)
-        _int_at_least("value_len", self.value_len, 1)
-        _int_at_least("value_vocab", self.value_vocab, 2)
-        _int_at_least("filler_vocab", self.filler_vocab, 1)
-        _int_at_least("key_vocab", self.key_vocab, 1)
+        check.int_at_least("pairs", self.pairs, 1)
+        check.int_at_least("key_len", self.key_len, 1)
+        check.int_at_least("value_len", self.value_len, 1)
+        check.int_at_least("value_vocab", self.value_vocab, 2)
+        check.int_at_least("filler_vocab", self.filler_vocab, 1)
+        check.int_at_least("key_vocab", self.key_vocab, 1)
         if self.key_vocab < self.pairs * self.key_len:
             raise ConfigError(
                 "key_vocab",
                 f"must be >= --pairs x --key-len ({self.pairs * self.key_len}) for distinct keys, "
                 f"got {self.key_vocab}",
             )
-        _int_at_least("seq_len", self.seq_len, 2)
+        check.int_at_least("seq_len", self.seq_len, 2)
         if self.context_len < self.pairs * self.fact_len:
             raise ConfigError(
                 "seq_len",
@@ -412,7 +408,7 @@ class LMConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _int_at_least("layers", self.layers, 1)
+        check.int_at_least("layers", self.layers, 1)
         # an unknown kind is named before the count, which it would only confuse
         kinds = [lookup(kind) for kind in self.layer_kinds]
         if self.layout and len(self.layer_kinds) != self.layers:
@@ -427,22 +423,20 @@ class LMConfig:
                 f"a multiple of --stride ({self.stride})",
             )
         del decoder
-        _int_at_least("steps", self.steps, 1)
-        _int_at_least("batch", self.batch, 1)
-        _int_at_least("eval_every", self.eval_every, 1)
-        _int_at_least("eval_batch", self.eval_batch, 1)
-        _int_at_least("eval_samples", self.eval_samples, 1)
-        _int_at_least("eval_seed", self.eval_seed, 0)
-        _positive_finite("lr", self.lr)
-        _nonnegative_finite("weight_decay", self.weight_decay)
-        _int_at_least("warmup", self.warmup, 0)
-        _positive_finite("clip", self.clip)
-        _int_at_least("seed", self.seed, 0)
-        _phase_entropy(
-            self.phase_entropy, self.operator, operator_names(DECODER, distribution=True)
-        )
-        _fixed_weights(self.phase_entropy, self.operator)
-        _nonnegative_finite("indexer_kl", self.indexer_kl)
+        check.int_at_least("steps", self.steps, 1)
+        check.int_at_least("batch", self.batch, 1)
+        check.int_at_least("eval_every", self.eval_every, 1)
+        check.int_at_least("eval_batch", self.eval_batch, 1)
+        check.int_at_least("eval_samples", self.eval_samples, 1)
+        check.int_at_least("eval_seed", self.eval_seed, 0)
+        check.positive_finite("lr", self.lr)
+        check.nonnegative_finite("weight_decay", self.weight_decay)
+        check.int_at_least("warmup", self.warmup, 0)
+        check.positive_finite("clip", self.clip)
+        check.int_at_least("seed", self.seed, 0)
+        check_phase_entropy(self.phase_entropy, self.operator, DECODER)
+        check_fixed_weights(self.phase_entropy, self.operator)
+        check.nonnegative_finite("indexer_kl", self.indexer_kl)
         if self.phase_entropy > 0 and any(kind.v4 for kind in kinds):
             raise ConfigError(
                 "phase_entropy", "regularises --layout compressed layers, not swa/csa/hca"

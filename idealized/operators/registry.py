@@ -13,6 +13,8 @@ as it refuses any flag that changes nothing.
 
 from __future__ import annotations
 
+from weakspots import validation as check
+from weakspots.errors import ConfigError
 from weakspots.idealized.operators.base import FAMILIES, AbstractOperator
 from weakspots.idealized.operators.deepseek_v4 import DeepSeekV4
 from weakspots.idealized.operators.linear import LinearPool
@@ -53,12 +55,34 @@ def operator_names(family: str | None = None, **facts) -> tuple[str, ...]:
 
 def lookup(name: str, family: str | None = None) -> type[AbstractOperator]:
     """The operator registered as `name` (for `family`); a `ConfigError` on `--operator` if none."""
-    from weakspots.idealized.toy.config import ConfigError  # config imports this module
-
     allowed = operator_names(family)
     if name not in allowed:
         raise ConfigError("operator", f"must be one of {', '.join(allowed)}; got {name!r}")
     return _REGISTRY[name]
+
+
+
+def check_phase_entropy(value, operator: str, family: str) -> None:
+    """`phase_entropy` is finite, >= 0, and > 0 only for an operator of `family` whose pooling
+    weights form a distribution over phases."""
+    check.nonnegative_finite("phase_entropy", value)
+    operators = operator_names(family, distribution=True)
+    if value > 0 and operator not in operators:
+        raise ConfigError(
+            "phase_entropy",
+            f"needs pooling weights that form a distribution over phases "
+            f"({', '.join(operators)}), not {operator}",
+        )
+
+
+def check_fixed_weights(phase_entropy, operator: str) -> None:
+    """A training run refuses `phase_entropy` where the pooling weights have no parameter."""
+    if phase_entropy > 0 and lookup(operator).fixed_weights:
+        raise ConfigError(
+            "phase_entropy",
+            f"{operator}'s pooling weights are fixed, so the regulariser changes nothing "
+            f"(got {phase_entropy!r})",
+        )
 
 
 register(SoftmaxPool)

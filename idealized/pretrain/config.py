@@ -19,7 +19,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from weakspots.idealized.toy.config import ConfigError
+from weakspots import validation as check
+from weakspots.errors import ConfigError
 
 ATTENTION_KINDS = ("full", "compressed")
 """Registered at import by `idealized.pretrain.attention` (validation reads this tuple)."""
@@ -28,26 +29,11 @@ LOCAL_MODES = ("window", "tail")
 PRETRAIN_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed", "steps")
 
 
-def _int_at_least(field: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(field, f"must be an integer >= {low}, got {value!r}")
-
-
 def _finite_at_least(field: str, value, low: float, *, strict: bool = False) -> None:
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if not number or not math.isfinite(value) or value < low or (strict and value == low):
         relation = ">" if strict else ">="
         raise ConfigError(field, f"must be a finite number {relation} {low:g}, got {value!r}")
-
-
-def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(field, f"must be one of {', '.join(allowed)}; got {value!r}")
-
-
-def _boolean(field: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(field, f"must be true or false, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -98,23 +84,23 @@ class PretrainConfig:
 
     def __post_init__(self):
         for name in ("d_model", "layers", "heads", "kv_heads", "head_dim", "mlp_hidden"):
-            _int_at_least(name, getattr(self, name), 1)
-        _int_at_least("vocab", self.vocab, 0)
+            check.int_at_least(name, getattr(self, name), 1)
+        check.int_at_least("vocab", self.vocab, 0)
         _finite_at_least("rope_theta", self.rope_theta, 1.0, strict=True)
-        _one_of("attention", self.attention, ATTENTION_KINDS)
+        check.one_of("attention", self.attention, ATTENTION_KINDS)
         if self.heads % self.kv_heads:
             raise ConfigError("kv_heads", f"must divide --heads {self.heads}, got {self.kv_heads}")
-        _int_at_least("window", self.window, 1)
-        _int_at_least("stride", self.stride, 1)
+        check.int_at_least("window", self.window, 1)
+        check.int_at_least("stride", self.stride, 1)
         if self.stride > self.window:
             raise ConfigError(
                 "stride", f"must be <= --window {self.window} (windows may overlap, not skip "
                 f"tokens), got {self.stride}",
             )  # fmt: skip
-        _one_of("gate", self.gate, GATES)
+        check.one_of("gate", self.gate, GATES)
         for name in ("gate_bias", "tied_kv", "qk_norm", "post_norm"):
-            _boolean(name, getattr(self, name))
-        _int_at_least("rope_dim", self.rope_dim, -1)
+            check.boolean(name, getattr(self, name))
+        check.int_at_least("rope_dim", self.rope_dim, -1)
         if self.rope_dim > self.head_dim or (self.rope_dim > 0 and self.rope_dim % 2):
             raise ConfigError(
                 "rope_dim",
@@ -126,27 +112,27 @@ class PretrainConfig:
                 "head_dim", f"must be even for RoPE on every channel (or give --rope-dim), "
                 f"got {self.head_dim}",
             )  # fmt: skip
-        _one_of("local", self.local, LOCAL_MODES)
-        _int_at_least("local_window", self.local_window, 1)
-        _int_at_least("seq_len", self.seq_len, 2)
+        check.one_of("local", self.local, LOCAL_MODES)
+        check.int_at_least("local_window", self.local_window, 1)
+        check.int_at_least("seq_len", self.seq_len, 2)
         if self.attention == "compressed" and self.window > self.seq_len:
             raise ConfigError("window", f"must be <= --seq-len {self.seq_len}, got {self.window}")
-        _int_at_least("batch", self.batch, 1)
-        _int_at_least("steps", self.steps, 1)
+        check.int_at_least("batch", self.batch, 1)
+        check.int_at_least("steps", self.steps, 1)
         _finite_at_least("lr", self.lr, 0.0, strict=True)
-        _int_at_least("warmup", self.warmup, 0)
+        check.int_at_least("warmup", self.warmup, 0)
         _finite_at_least("weight_decay", self.weight_decay, 0.0)
         _finite_at_least("clip", self.clip, 0.0, strict=True)
-        _int_at_least("seed", self.seed, 0)
-        _int_at_least("seeds", self.seeds, 1)
-        _int_at_least("log_every", self.log_every, 1)
-        _int_at_least("checkpoint_every", self.checkpoint_every, 0)
+        check.int_at_least("seed", self.seed, 0)
+        check.int_at_least("seeds", self.seeds, 1)
+        check.int_at_least("log_every", self.log_every, 1)
+        check.int_at_least("checkpoint_every", self.checkpoint_every, 0)
         if self.checkpoint_every % self.log_every:
             raise ConfigError(
                 "checkpoint_every",
                 f"must be a multiple of --log-every {self.log_every}, got {self.checkpoint_every}",
             )
-        _int_at_least("val_batches", self.val_batches, 0)
+        check.int_at_least("val_batches", self.val_batches, 0)
 
     @property
     def rotary_dim(self) -> int:

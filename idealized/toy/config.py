@@ -15,12 +15,17 @@ flow`, so a sweep is a list of configs and a stored row is `dataclasses.asdict(c
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass
 
+from weakspots import validation as check
+from weakspots.errors import ConfigError as ConfigError  # re-exported: its home is weakspots.errors
 from weakspots.idealized.operators.base import TOY
-from weakspots.idealized.operators.registry import lookup, operator_names
+from weakspots.idealized.operators.registry import (
+    check_fixed_weights,
+    check_phase_entropy,
+    lookup,
+    operator_names,
+)
 
 # The toy's operators as registered when this module was imported (`idealized.operators.
 # registry` is the list; validation reads it live, so later registrations count).
@@ -35,110 +40,6 @@ DISTRIBUTION_POOLING_OPERATORS = operator_names(TOY, distribution=True)
 
 # Fields of TrainConfig that travel as arrays (one compiled program for all their values).
 HYPER_FIELDS = ("lr", "gain", "weight_decay", "init_scale", "seed")
-
-
-# The largest float32: the trainer holds hyperparameters as float32 arrays.
-FLOAT32_MAX = 3.4028234663852886e38
-# The smallest normal float32: a positive hyperparameter below it rounds towards 0.
-FLOAT32_TINY = 1.1754943508222875e-38
-
-
-class ConfigError(ValueError):
-    """An invalid config value; `flag` names the command-line flag it came from.
-
-    `str(error)` is `"--flag: message"`; `message` alone is what is wrong (it quotes the
-    value given), for callers that name the field another way (a sweep spec's key).
-    """
-
-    def __init__(self, field: str, message: str):
-        self.field = field
-        self.flag = "--" + field.replace("_", "-")
-        self.message = message
-        super().__init__(f"{self.flag}: {message}")
-
-
-def _int_at_least(field: str, value, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(field, f"must be an integer >= {low}, got {value!r}")
-
-
-def _positive_finite(field: str, value) -> None:
-    if not _is_real(value) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(field, f"must be a finite number > 0, got {value!r}")
-
-
-def _nonnegative_finite(field: str, value) -> None:
-    if not _is_real(value) or not math.isfinite(value) or value < 0:
-        raise ConfigError(field, f"must be a finite number >= 0, got {value!r}")
-
-
-def _phase_entropy(value, operator: str, operators: tuple[str, ...]) -> None:
-    """`phase_entropy` is finite, >= 0, and > 0 only for an operator of `operators` (those
-    whose pooling weights form a distribution over phases)."""
-    _nonnegative_finite("phase_entropy", value)
-    if value > 0 and operator not in operators:
-        raise ConfigError(
-            "phase_entropy",
-            f"needs pooling weights that form a distribution over phases "
-            f"({', '.join(operators)}), not {operator}",
-        )
-
-
-def _fixed_weights(phase_entropy, operator: str) -> None:
-    """A training run refuses `phase_entropy` where the pooling weights have no parameter."""
-    if phase_entropy > 0 and lookup(operator).fixed_weights:
-        raise ConfigError(
-            "phase_entropy",
-            f"{operator}'s pooling weights are fixed, so the regulariser changes nothing "
-            f"(got {phase_entropy!r})",
-        )
-
-
-def _is_real(value) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _float32(field: str, value) -> None:
-    """A hyperparameter the trainer holds in float32: finite there, and a positive one not 0."""
-    if value > FLOAT32_MAX or 0 < value < FLOAT32_TINY:
-        raise ConfigError(
-            field,
-            f"must be 0 or between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}"
-            if field in ("weight_decay", "init_scale")
-            else f"must be between {FLOAT32_TINY:.3g} and {FLOAT32_MAX:.3g} (float32), got {value!r}",
-        )
-
-
-def _boolean(field: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(field, f"must be true or false, got {value!r}")
-
-
-def _canonical_numbers(config, floats: tuple[str, ...], ints: tuple[str, ...] = ()) -> None:
-    """Give float fields float values (`16` -> `16.0`, `-0.0` -> `0.0`) and integer fields
-    plain ints (`numpy.int64(3)` -> `3`), before validation.
-
-    A config is hashed by its values' JSON (`sims.runs.store.config_hash`), so one logical run
-    must have one spelling: an integer for a float field, or a negative zero, would store
-    it twice.
-    """
-    for name in floats:
-        value = getattr(config, name)
-        if _is_real(value):
-            try:
-                value = float(value) + 0.0
-            except OverflowError:  # an int past float's range
-                value = math.inf
-            object.__setattr__(config, name, value)
-    for name in ints:
-        value = getattr(config, name)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            object.__setattr__(config, name, int(value))
-
-
-def _one_of(field: str, value, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(field, f"must be one of {', '.join(allowed)}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -177,32 +78,32 @@ class ModelConfig:
     offset_ensemble: int = 1
 
     def __post_init__(self):
-        _canonical_numbers(
+        check.canonical_numbers(
             self,
             ("phase_entropy",),
             ("stride", "chunks", "dim", "heads", "rank", "rope_dim", "offset_ensemble"),
         )
-        _int_at_least("stride", self.stride, 1)
-        _int_at_least("chunks", self.chunks, 2)
-        _int_at_least("dim", self.dim, 1)
-        _int_at_least("heads", self.heads, 1)
-        _one_of("operator", self.operator, operator_names(TOY))
-        _one_of("loss", self.loss, LOSSES)
-        _int_at_least("rank", self.rank, 1)
-        _int_at_least("rope_dim", self.rope_dim, 0)
+        check.int_at_least("stride", self.stride, 1)
+        check.int_at_least("chunks", self.chunks, 2)
+        check.int_at_least("dim", self.dim, 1)
+        check.int_at_least("heads", self.heads, 1)
+        check.one_of("operator", self.operator, operator_names(TOY))
+        check.one_of("loss", self.loss, LOSSES)
+        check.int_at_least("rank", self.rank, 1)
+        check.int_at_least("rope_dim", self.rope_dim, 0)
         if self.rope_dim % 2 or self.rope_dim > self.dim:
             raise ConfigError(
                 "rope_dim", f"must be even and <= --dim ({self.dim}), got {self.rope_dim}"
             )
         for flag in ("learn_gain", "learn_projections", "rope_anchor", "stagger", "overlap"):
-            _boolean(flag, getattr(self, flag))
+            check.boolean(flag, getattr(self, flag))
         self._validate_chunking()
 
     def _validate_chunking(self) -> None:
         if self.rope_anchor and self.rope_dim == 0:
             raise ConfigError("rope_anchor", "needs rotary channels: set --rope-dim > 0")
-        _phase_entropy(self.phase_entropy, self.operator, operator_names(TOY, distribution=True))
-        _int_at_least("offset_ensemble", self.offset_ensemble, 1)
+        check_phase_entropy(self.phase_entropy, self.operator, TOY)
+        check.int_at_least("offset_ensemble", self.offset_ensemble, 1)
         if self.offset_ensemble > self.stride:
             raise ConfigError(
                 "offset_ensemble",
@@ -269,25 +170,25 @@ class TrainConfig(ModelConfig):
     seed: int = 0
 
     def __post_init__(self):
-        _canonical_numbers(
+        check.canonical_numbers(
             self,
             ("lr", "gain", "weight_decay", "init_scale"),
             ("steps", "batch", "eval_every", "eval_samples", "eval_seed", "seed"),
         )
         super().__post_init__()
-        _one_of("optimizer", self.optimizer, OPTIMIZERS)
-        _int_at_least("steps", self.steps, 1)
-        _int_at_least("batch", self.batch, 1)
-        _int_at_least("eval_every", self.eval_every, 1)
-        _int_at_least("eval_samples", self.eval_samples, 1)
-        _int_at_least("eval_seed", self.eval_seed, 0)
-        _positive_finite("lr", self.lr)
-        _positive_finite("gain", self.gain)
-        _nonnegative_finite("weight_decay", self.weight_decay)
-        _nonnegative_finite("init_scale", self.init_scale)
+        check.one_of("optimizer", self.optimizer, OPTIMIZERS)
+        check.int_at_least("steps", self.steps, 1)
+        check.int_at_least("batch", self.batch, 1)
+        check.int_at_least("eval_every", self.eval_every, 1)
+        check.int_at_least("eval_samples", self.eval_samples, 1)
+        check.int_at_least("eval_seed", self.eval_seed, 0)
+        check.positive_finite("lr", self.lr)
+        check.positive_finite("gain", self.gain)
+        check.nonnegative_finite("weight_decay", self.weight_decay)
+        check.nonnegative_finite("init_scale", self.init_scale)
         for name in ("lr", "gain", "weight_decay", "init_scale"):
-            _float32(name, getattr(self, name))
-        _int_at_least("seed", self.seed, 0)
+            check.float32(name, getattr(self, name))
+        check.int_at_least("seed", self.seed, 0)
         if self.seed >= 2**32:  # the trainer's seeds are uint32
             raise ConfigError("seed", f"must be an integer < 2**32, got {self.seed}")
         self._validate_applicable()
@@ -315,7 +216,7 @@ class TrainConfig(ModelConfig):
             raise ConfigError(
                 "stagger", "shifts head h's chunk boundaries by h*s//H tokens: needs --heads >= 2"
             )
-        _fixed_weights(self.phase_entropy, self.operator)
+        check_fixed_weights(self.phase_entropy, self.operator)
         if self.weight_decay and not (self.learn_gain or self.learn_projections):
             raise ConfigError(
                 "weight_decay",
@@ -409,26 +310,26 @@ class FlowConfig:
     event_level: float = 0.25
 
     def __post_init__(self):
-        _int_at_least("stride", self.stride, 1)
-        _int_at_least("chunks", self.chunks, 2)
+        check.int_at_least("stride", self.stride, 1)
+        check.int_at_least("chunks", self.chunks, 2)
         if self.dim is not None:
-            _int_at_least("dim", self.dim, 1)
-        _int_at_least("heads", self.heads, 1)
-        _positive_finite("gain", self.gain)
-        _one_of("loss", self.loss, LOSSES)
+            check.int_at_least("dim", self.dim, 1)
+        check.int_at_least("heads", self.heads, 1)
+        check.positive_finite("gain", self.gain)
+        check.one_of("loss", self.loss, LOSSES)
         if not isinstance(self.learn_gain, bool):
             raise ConfigError("learn_gain", f"must be true or false, got {self.learn_gain!r}")
-        _one_of("gain_parametrisation", self.gain_parametrisation, GAIN_PARAMETRISATIONS)
-        _nonnegative_finite("weight_decay", self.weight_decay)
-        _nonnegative_finite("phase_entropy", self.phase_entropy)
-        _nonnegative_finite("init_scale", self.init_scale)
-        _int_at_least("seed", self.seed, 0)
-        _positive_finite("t1", self.t1)
-        _int_at_least("saves", self.saves, 2)
-        _positive_finite("rtol", self.rtol)
-        _positive_finite("atol", self.atol)
-        _int_at_least("max_steps", self.max_steps, 1)
-        _nonnegative_finite("event_level", self.event_level)
+        check.one_of("gain_parametrisation", self.gain_parametrisation, GAIN_PARAMETRISATIONS)
+        check.nonnegative_finite("weight_decay", self.weight_decay)
+        check.nonnegative_finite("phase_entropy", self.phase_entropy)
+        check.nonnegative_finite("init_scale", self.init_scale)
+        check.int_at_least("seed", self.seed, 0)
+        check.positive_finite("t1", self.t1)
+        check.int_at_least("saves", self.saves, 2)
+        check.positive_finite("rtol", self.rtol)
+        check.positive_finite("atol", self.atol)
+        check.int_at_least("max_steps", self.max_steps, 1)
+        check.nonnegative_finite("event_level", self.event_level)
         if self.dim is not None and (self.heads != 1 or self.loss != "mse"):
             raise ConfigError(
                 "dim",

@@ -16,8 +16,9 @@ import os
 import sys
 
 from weakspots import __version__
+from weakspots.errors import ConfigError, UsageError
 
-from .parser import Parser, UsageError
+from .parser import Parser
 
 VERBS = ("train", "predict", "flow", "check", "ablate", "compare", "sweep", "plot", "bench", "lm", "probe")
 # Each verb's one line in `weakspots --help`, shown without importing the verb (its module
@@ -70,7 +71,6 @@ def main(argv: list[str] | None = None) -> int:
         sub_verb = getattr(args, "lm_verb", None)  # `weakspots lm train`'s `train`
         prog = f"weakspots {args.verb}" + (f" {sub_verb}" if sub_verb else "")
         from weakspots.idealized.precision import float64
-        from weakspots.idealized.toy.config import ConfigError
 
         from .common import enable_compilation_cache
 

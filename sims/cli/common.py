@@ -12,13 +12,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+from weakspots.errors import UsageError as UsageError  # the verbs raise it as common.UsageError
 from weakspots.idealized.metrics import runs_interval
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
 from weakspots.idealized.toy.config import LOSSES, OPTIMIZERS, TrainConfig
 
 from .parser import HelpFormatter as HelpFormatter
-from .parser import UsageError as UsageError
 
 _DEFAULT = TrainConfig()
 SPARK = "▁▂▃▄▅▆▇█"

@@ -13,8 +13,8 @@ import math
 import sys
 
 from weakspots import theory
+from weakspots.errors import ConfigError
 from weakspots.idealized import induction
-from weakspots.idealized.toy.config import ConfigError
 
 from . import common
 

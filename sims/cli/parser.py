@@ -1,4 +1,5 @@
-"""The command line's argparse pieces; standard library only, so `weakspots --help` is fast."""
+"""The command line's argparse pieces; standard library only (and `weakspots.errors`), so
+`weakspots --help` is fast."""
 
 from __future__ import annotations
 
@@ -7,9 +8,7 @@ import difflib
 import re
 import textwrap
 
-
-class UsageError(ValueError):
-    """Bad input that no config field owns; the message names the flag."""
+from weakspots.errors import UsageError as UsageError  # its home: the errors every layer raises
 
 
 class HelpFormatter(argparse.HelpFormatter):

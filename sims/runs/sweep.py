@@ -40,11 +40,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.errors import ConfigError
 from weakspots.idealized import induction
 from weakspots.idealized.decoder.config import DESIGNS, LMConfig, with_design
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.toy.config import ConfigError, FlowConfig, TrainConfig
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
 from weakspots.sims.decoder import sweep as lm_sweep
 from weakspots.sims.induction import sweep as induction_sweep
 from weakspots.sims.runs import store

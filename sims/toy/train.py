@@ -24,11 +24,12 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from weakspots.errors import ConfigError
 from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import phase_report, specialization_index, support_size
 from weakspots.idealized.operators.registry import lookup
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.toy.config import ConfigError, TrainConfig
+from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.toy.loss import (
     batch_logits,
     correct,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import final
 
+from weakspots.errors import ConfigError
 from weakspots.idealized.decoder.layers.base import AbstractLayerKind, build_v4_compressed
-from weakspots.idealized.toy.config import ConfigError
 
 
 @final

@@ -9,6 +9,7 @@ Every consumer asks here instead of comparing names: the configs' validation
 
 from __future__ import annotations
 
+from weakspots.errors import ConfigError
 from weakspots.idealized.decoder.layers.base import AbstractLayerKind
 from weakspots.idealized.decoder.layers.compressed import Compressed
 from weakspots.idealized.decoder.layers.csa import CSA
@@ -16,7 +17,6 @@ from weakspots.idealized.decoder.layers.dense import Dense
 from weakspots.idealized.decoder.layers.hca import HCA
 from weakspots.idealized.decoder.layers.sliding import Sliding
 from weakspots.idealized.decoder.layers.swa import SWA
-from weakspots.idealized.toy.config import ConfigError
 
 _REGISTRY: dict[str, type[AbstractLayerKind]] = {}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import final
 
+from weakspots.errors import ConfigError
 from weakspots.idealized.decoder.layers.base import AbstractLayerKind, build_v4_attention
 from weakspots.idealized.rope import ROPE_THETA
-from weakspots.idealized.toy.config import ConfigError
 
 
 @final

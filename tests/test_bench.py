@@ -19,6 +19,7 @@ import pytest
 from scipy import stats
 
 from weakspots.benchmarks import bench, naive_trainer, operator_step, rng_limit, scipy_flow
+from weakspots.cli import bench as bench_cli
 from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.toy.loss import objective
 from weakspots.idealized.toy.model import init_model
@@ -31,7 +32,6 @@ from weakspots.idealized.toy.task import (
     split_key,
     standard_normal,
 )
-from weakspots.sims.cli import bench as bench_cli
 from weakspots.sims.toy import train as trainer
 from weakspots.theory.reduced import reduced_loss
 
@@ -220,7 +220,7 @@ def test_text_report_lists_every_target():
 
 @pytest.mark.slow
 def test_bench_quick_json(capsys):
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     assert main(["bench", "--quick", "--json", "--quiet"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from weakspots.cli import main
 from weakspots.idealized import operators
 from weakspots.idealized.decoder import attention
 from weakspots.idealized.decoder.config import LMConfig
@@ -23,7 +24,6 @@ from weakspots.idealized.operators.base import DECODER, TOY, AbstractOperator
 from weakspots.idealized.operators.registry import lookup, operator_names
 from weakspots.idealized.toy.config import ConfigError, ModelConfig, TrainConfig
 from weakspots.idealized.toy.model import init_model
-from weakspots.sims.cli import main
 from weakspots.sims.decoder import edits
 from weakspots.sims.decoder import train as lm_train
 from weakspots.sims.toy.train import train_many

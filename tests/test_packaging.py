@@ -21,7 +21,7 @@ NOT_SHIPPED = {"tests", "docs", "examples", "build", "dist"}  # top-level folder
 
 # Packages a user might keep beside a script; each decoy fails loudly on import, so any
 # bare `import theory` inside weakspots (instead of `weakspots.theory`) breaks the test.
-DECOYS = ("theory", "sims", "idealized", "figures", "benchmarks", "probe")
+DECOYS = ("theory", "sims", "idealized", "figures", "benchmarks", "probe", "cli")
 SUBPACKAGES = sorted(p for p in PACKAGE_DIR if p != "weakspots")
 
 # Imports every module of the installed weakspots' packages (not `__main__`, which runs the CLI), then

@@ -1,9 +1,9 @@
 """weakspots: periodic weak spots from chunked KV-cache compression, simulated and explained.
 
 The packages live under this namespace: `weakspots.idealized` (the model studied),
-`weakspots.theory` (closed forms), `weakspots.sims` (training, flows, sweeps, store,
-command line), `weakspots.figures` and `weakspots.probe` (phase scans of real models;
-`weakspots.probe(...)` runs one). The names below are the public API; each is
+`weakspots.theory` (closed forms), `weakspots.sims` (training, flows, sweeps, store),
+`weakspots.figures`, `weakspots.probe` (phase scans of real models; `weakspots.probe(...)`
+runs one) and, above them all, `weakspots.cli` (the command line). The names below are the public API; each is
 imported on first use, so `import weakspots` stays cheap.
 """
 
@@ -36,7 +36,7 @@ _API = {
     "solve_many": "weakspots.sims.toy.flow",
     "FlowResult": "weakspots.sims.toy.flow",
     "FlowFailed": "weakspots.sims.toy.flow",
-    "predictions": "weakspots.sims.cli.predict",
+    "predictions": "weakspots.cli.predict",
     "load_spec": "weakspots.sims.runs.sweep",
     "run_sweep": "weakspots.sims.runs.sweep",
     "load": "weakspots.sims.runs.store",

@@ -1,3 +1,3 @@
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 raise SystemExit(main())

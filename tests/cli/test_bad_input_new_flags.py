@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 PROBE = ["probe", "--backend", "openai", "--url", "http://127.0.0.1:9", "--model", "m"]
 V4 = ["lm", "train", "--design", "v4"]

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from weakspots.cli import main
 from weakspots.idealized.metrics import wilson_interval
-from weakspots.sims.cli import main
 from weakspots.theory.interventions import readout_accuracy
 
 TINY = ["--stride", "4", "--chunks", "16", "--dim", "32", "--steps", "40", "--eval-every", "20"]

@@ -6,10 +6,10 @@ import jax
 import pytest
 
 from weakspots import __version__
-from weakspots.sims.cli import SUMMARIES, VERBS, build_parser, common, main
-from weakspots.sims.cli.compare import with_intervals
+from weakspots.cli import SUMMARIES, VERBS, build_parser, common, main
+from weakspots.cli.compare import with_intervals
 
-OWNED = ("train", "ablate", "compare", "sweep", "plot", "bench")  # verbs of sims/cli/{verb}.py here
+OWNED = ("train", "ablate", "compare", "sweep", "plot", "bench")  # verbs of cli/{verb}.py here
 
 
 def _verbs():
@@ -97,7 +97,7 @@ def test_help_lists_every_verb_without_importing_one():
     import sys
 
     code = (
-        "import sys\nfrom weakspots.sims.cli import main\n"
+        "import sys\nfrom weakspots.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
         "print('JAX' if 'jax' in sys.modules else 'NOJAX')"
     )
@@ -190,7 +190,7 @@ def test_compare_intervals_stay_in_range():
 
 
 def test_lm_train_says_whether_its_runs_show_a_weak_spot_and_what_to_run_for_one():
-    from weakspots.sims.cli import lm
+    from weakspots.cli import lm
 
     learning = {"phase_accuracy": [0.30, 0.35, 0.33, 0.31], "mean_accuracy": 0.326,
                 "delta_max": 0.038, "delta_max_noise_floor": 0.084}  # fmt: skip

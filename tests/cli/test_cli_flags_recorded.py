@@ -12,7 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from weakspots.sims.cli import build_parser
+from weakspots.cli import build_parser
 
 RECORDED = Path(__file__).resolve().parents[1] / "data" / "cli_flags.json"
 

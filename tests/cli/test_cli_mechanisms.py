@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 Z_TOL = 4.0
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from weakspots.cli import main
 from weakspots.figures import sweep_plot
-from weakspots.sims.cli import main
 from weakspots.sims.runs import store
 
 matplotlib.use("Agg")

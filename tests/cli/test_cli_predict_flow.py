@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from weakspots import theory
+from weakspots.cli import main
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.toy.config import FlowConfig
-from weakspots.sims.cli import main
 from weakspots.sims.toy.flow import solve
 
 PREDICT_KEYS = (
@@ -129,7 +129,7 @@ def test_a_failed_flow_exits_1_with_one_line(capsys):
 
 
 def test_flow_help_gives_every_flag_a_default():
-    from weakspots.sims.cli import build_parser
+    from weakspots.cli import build_parser
 
     parser = build_parser()
     flow_parser = parser._subparsers._group_actions[0].choices["flow"]  # noqa: SLF001

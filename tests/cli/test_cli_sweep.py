@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 from interruptible import interruptible
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 from weakspots.sims.runs import store
 from weakspots.sims.runs import sweep as sweep_lib
 from weakspots.sims.runs.progress import Progress
@@ -133,7 +133,7 @@ def test_four_devices_equal_one_and_hold_the_runs(setup, tmp_path):
         f"""
         import json, jax, numpy as np
         from weakspots import idealized
-        from weakspots.sims.cli import main
+        from weakspots.cli import main
         from weakspots.sims.runs import sweep
         from weakspots.sims.toy.train import Hyper, run_batch
         assert main(["sweep", {str(spec)!r}, "--store", {str(tmp_path / "four")!r},

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
+from weakspots.cli import build_parser, main
 from weakspots.idealized.toy.config import TrainConfig
-from weakspots.sims.cli import build_parser, main
 
 TINY = [
     "--stride",
@@ -160,6 +160,6 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("weakspots.sims.cli.train.train_many", interrupted)
+    monkeypatch.setattr("weakspots.cli.train.train_many", interrupted)
     assert main(["train", *TINY, "--quiet"]) == 130
     assert capsys.readouterr().err == "weakspots train: interrupted\n"

@@ -181,7 +181,7 @@ def test_carry_tests_of_an_untrained_decoder_are_consistent(v4):
 def test_lm_carry_and_lm_train_read_the_cache_and_give_the_numbers_of_a_fresh_run(tmp_path, capsys):
     import json
 
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     flags = ["--seq-len", "40", "--pairs", "4", "--key-vocab", "16", "--value-vocab", "8",
              "--filler-vocab", "4", "--d-model", "16", "--heads", "2", "--rope-dim", "4",
@@ -207,7 +207,7 @@ def test_lm_carry_and_lm_train_read_the_cache_and_give_the_numbers_of_a_fresh_ru
 def test_no_flags_turn_a_design_switch_off():
     import argparse
 
-    from weakspots.sims.cli import lm
+    from weakspots.cli import lm
 
     parser = argparse.ArgumentParser()
     lm.add_lm_flags(parser)

@@ -14,11 +14,11 @@ import pytest
 from fixtures import assert_only_the_indexer_learns_from_its_kl
 from flax import nnx
 
+from weakspots.cli import main
 from weakspots.idealized.decoder import attention
 from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
 from weakspots.idealized.decoder.model import Decoder, trace
 from weakspots.idealized.toy.config import ConfigError
-from weakspots.sims.cli import main
 from weakspots.sims.decoder.edits import V4PartOff
 
 T, D, H, STRIDE, ROPE, WINDOW = 16, 8, 2, 4, 2, 3

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from weakspots.cli import main
 from weakspots.idealized.decoder import layers
 from weakspots.idealized.decoder.config import LAYER_KINDS, V4_KINDS, LMConfig, with_design
 from weakspots.idealized.decoder.layers.base import LOCAL, AbstractLayerKind, build_attention
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.toy.config import ConfigError
-from weakspots.sims.cli import main
 from weakspots.sims.decoder import carry, edits, evaluate, interventions, train
 from weakspots.sims.runs.store import config_hash
 

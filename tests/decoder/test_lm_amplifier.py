@@ -5,8 +5,8 @@ import shlex
 
 import pytest
 
+from weakspots.cli import lm as lm_cli
 from weakspots.idealized.decoder.config import LMConfig
-from weakspots.sims.cli import lm as lm_cli
 from weakspots.sims.decoder import amplifier
 from weakspots.sims.experiments.decoder import lm_amplifier, lm_amplifier_profile
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 TINY = (
     "--seq-len 32 --pairs 2 --key-vocab 8 --value-vocab 8 --filler-vocab 4 --d-model 16 "

@@ -117,9 +117,9 @@ def test_family_reads_the_recorded_v4_design_below_full(monkeypatch):
 
     import pytest
 
+    from weakspots.cli import build_parser
+    from weakspots.cli.lm import lm_config
     from weakspots.idealized.decoder.config import V4_KINDS
-    from weakspots.sims.cli import build_parser
-    from weakspots.sims.cli.lm import lm_config
     from weakspots.sims.decoder import family
     from weakspots.sims.decoder.study import RECORDED
 

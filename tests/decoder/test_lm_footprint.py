@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from weakspots.cli import lm as lm_cli
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import init_decoder
-from weakspots.sims.cli import lm as lm_cli
 from weakspots.sims.decoder import carry, footprint
 from weakspots.sims.decoder.interventions import evaluation_rows
 from weakspots.sims.experiments.decoder import lm_footprint, lm_selection

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 from weakspots.sims.decoder import amplifier, carry, checkpoint, family, footprint, prefetch, study
 
 
@@ -37,7 +37,7 @@ def test_groups_are_what_each_study_trains():
     # quick reads recordings: nothing to train
     assert prefetch.groups("quick") == []
     # the CLI's choices (listed without importing jax) are the studies
-    from weakspots.sims.cli.lm import PREFETCH_STUDIES
+    from weakspots.cli.lm import PREFETCH_STUDIES
 
     assert PREFETCH_STUDIES == tuple(prefetch.STUDIES)
 

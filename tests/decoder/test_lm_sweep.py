@@ -49,8 +49,8 @@ def test_lm_spec_design_v4_expands_as_the_command_line():
     V4's schedule per point)."""
     import tomllib
 
-    from weakspots.sims.cli import build_parser
-    from weakspots.sims.cli.lm import lm_config
+    from weakspots.cli import build_parser
+    from weakspots.cli.lm import lm_config
 
     fixed = "\n".join(
         f"{flag[2:]} = {value}" for flag, value in zip(V4_FLAGS[::2], V4_FLAGS[1::2], strict=True)
@@ -92,7 +92,7 @@ def test_lm_spec_refuses_bad_designs(data, match):
 
 
 def test_lm_sweep_cli_refuses_a_bad_design_in_one_line(tmp_path, capsys):
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     spec = tmp_path / "spec.toml"
     spec.write_text('kind = "lm"\ndesign = "v3"\n[fixed]\nsteps = 2\n')

@@ -14,6 +14,7 @@ import pytest
 from fixtures import assert_only_the_indexer_learns_from_its_kl
 from flax import nnx
 
+from weakspots.cli import main
 from weakspots.idealized.decoder.config import (
     LM_OPTIONAL_FIELDS,
     V4_DESIGN,
@@ -23,7 +24,6 @@ from weakspots.idealized.decoder.config import (
 )
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.v4_attention import V4Attention, indexer_statistics
-from weakspots.sims.cli import main
 
 D, H, HD = 16, 4, 8
 T = 23  # not a multiple of the ratio
@@ -237,8 +237,8 @@ def test_design_v4_layout_builds_and_one_training_step_runs():
     model's and the indexer's parameters (the indexer's only through the KL: the top-k passes
     no gradient). Two layers and two heads keep the compile short; the end-to-end test below
     (slow) trains three layers, hca included."""
-    from weakspots.sims.cli import build_parser
-    from weakspots.sims.cli.lm import lm_config
+    from weakspots.cli import build_parser
+    from weakspots.cli.lm import lm_config
     from weakspots.sims.decoder import train
 
     argv = ["lm", "train", *TINY, "--design", "v4", "--layers", "2", "--indexer-topk", "2",

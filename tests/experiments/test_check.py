@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.cli import check as check_cli
-from weakspots.sims.cli import main
+from weakspots.cli import check as check_cli
+from weakspots.cli import main
 from weakspots.sims.experiments import (
     EXPERIMENTS,
     KINDS,

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 
 def _json(capsys, argv):

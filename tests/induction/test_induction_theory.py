@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from weakspots import theory
-from weakspots.sims.cli import main
+from weakspots.cli import main
 
 RTOL = 1e-9
 

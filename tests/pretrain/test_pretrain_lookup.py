@@ -244,7 +244,7 @@ def test_dominant_period_names_the_stride_of_a_sharp_pattern():
 
 
 def _run(capsys, *argv):
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     code = main(list(argv))
     out = capsys.readouterr()
@@ -343,7 +343,7 @@ def test_cli_evaluates_a_run_directory_seed_by_seed(capsys, tmp_path, tokenizer)
 
 
 def test_cli_text_reports_read_their_numbers():
-    from weakspots.sims.cli import lookup as cli
+    from weakspots.cli import lookup as cli
 
     out = {"padding": "prefix", **lookup.report([_result([0.5, 1.0, 0.25, 1.0], 8)] * 2)}
     text = cli.report_text(out)

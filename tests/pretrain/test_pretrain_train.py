@@ -80,8 +80,8 @@ def test_resume_refuses_another_config(tmp_path):
 @pytest.mark.parametrize("size", ["h200", "cpu", "smoke"])
 def test_sweep_commands_parse_back_to_their_configs(size):
     """Each recorded `weakspots lm pretrain` command names exactly its design's config."""
-    from weakspots.sims.cli import build_parser
-    from weakspots.sims.cli.pretrain import pretrain_config
+    from weakspots.cli import build_parser
+    from weakspots.cli.pretrain import pretrain_config
     from weakspots.sims.pretrain import sweep
 
     parser = build_parser(("lm",))
@@ -120,7 +120,7 @@ def test_sweep_steps_share_the_device_and_record_picks_the_largest_gap(tmp_path)
      (["--attention", "sparse"], "--attention"), (["--checkpoint-every", "7"], "--checkpoint-every")],
 )  # fmt: skip
 def test_cli_bad_flag_is_one_line_and_exit_2(tmp_path, capsys, flags, named):
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     assert main(["lm", "pretrain", "--out", str(tmp_path), *flags]) == 2
     err = capsys.readouterr().err.strip()
@@ -129,7 +129,7 @@ def test_cli_bad_flag_is_one_line_and_exit_2(tmp_path, capsys, flags, named):
 
 @pytest.mark.slow
 def test_cli_pretrains_on_the_corpus_and_reports(tmp_path, capsys):
-    from weakspots.sims.cli import main
+    from weakspots.cli import main
 
     flags = ["lm", "pretrain", "--out", str(tmp_path), "--d-model", "16", "--layers", "1",
              "--heads", "2", "--head-dim", "8", "--mlp-hidden", "16", "--seq-len", "32",

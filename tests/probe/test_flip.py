@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from probe_server import unit_interval
 
+from weakspots.cli import main
 from weakspots.probe.flip import analyse, follows
-from weakspots.sims.cli import main
 
 PREFIX = "T.Cast(FP"
 CANDIDATES = ("8", "32")

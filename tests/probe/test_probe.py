@@ -22,11 +22,11 @@ from interruptible import interruptible
 from probe_server import WeakSpotModel, prompt_hash, serve, unit_interval
 
 import weakspots
+from weakspots.cli import main
 from weakspots.idealized import metrics
 from weakspots.probe.design import FILLER, PASSKEY_QUESTION, ProbeConfig, text_trials
 from weakspots.probe.report import profile
 from weakspots.probe.tokenizers import ByteTokenizer
-from weakspots.sims.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 S = 4

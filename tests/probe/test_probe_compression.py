@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="compression runs in torch")
 transformers = pytest.importorskip("transformers", reason="compression hooks into transformers")
 
+from weakspots.cli import main  # noqa: E402
 from weakspots.probe.compression import (  # noqa: E402
     OPERATORS,
     Compression,
@@ -19,7 +20,6 @@ from weakspots.probe.compression import (  # noqa: E402
     pool,
     windows,
 )
-from weakspots.sims.cli import main  # noqa: E402
 
 
 class _Module:

@@ -10,9 +10,9 @@ import pytest
 from probe_server import serve
 
 import weakspots
+from weakspots.cli import main
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.probe.backends import DecoderBackend
-from weakspots.sims.cli import main
 from weakspots.sims.decoder import checkpoint
 from weakspots.sims.runs.store import config_hash
 

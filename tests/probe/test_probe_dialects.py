@@ -10,9 +10,9 @@ import pytest
 from probe_server import WeakSpotModel, serve
 
 import weakspots
+from weakspots.cli import main
 from weakspots.probe.design import ProbeConfig, text_trials
 from weakspots.probe.tokenizers import ByteTokenizer
-from weakspots.sims.cli import main
 
 S = 4
 MODEL = WeakSpotModel(stride=S, needle_phase=1, needle_miss=0.6, tail_phase=3)

@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch", reason="the hf backend needs torch")
 transformers = pytest.importorskip("transformers", reason="the hf backend needs transformers")
 
 import weakspots  # noqa: E402
+from weakspots.cli import main  # noqa: E402
 from weakspots.probe.design import ProbeConfig, text_trials  # noqa: E402
 from weakspots.probe.tokenizers import ByteTokenizer  # noqa: E402
-from weakspots.sims.cli import main  # noqa: E402
 
 TINY = dict(hidden_size=32, moe_intermediate_size=16, num_hidden_layers=2, num_attention_heads=2,
             num_key_value_heads=1, head_dim=16, q_lora_rank=16, num_experts_per_tok=2,

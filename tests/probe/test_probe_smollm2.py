@@ -34,7 +34,7 @@ pytest.importorskip("accelerate", reason="transformers loads GGUF files with acc
 
 from smollm2_support import smollm2_gguf, weakspots_json  # noqa: E402  (tests/probe/)
 
-from weakspots.sims.cli import main  # noqa: E402
+from weakspots.cli import main  # noqa: E402
 
 STRIDES, TRIALS = (4, 8), 8  # 8 groups of 8 prompts: needle and tail phases crossed at 4 and 8
 PERIOD = 8

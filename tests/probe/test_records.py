@@ -11,10 +11,10 @@ import pytest
 from probe_server import serve, unit_interval
 
 import weakspots
+from weakspots.cli import main
 from weakspots.probe.design import ProbeConfig, text_trials
 from weakspots.probe.records import matched_offsets, moments, plan_rows
 from weakspots.probe.tokenizers import ByteTokenizer
-from weakspots.sims.cli import main
 
 QUERY = re.compile(rb"\n([a-z]{2}):$")
 

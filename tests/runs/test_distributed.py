@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from weakspots.sims.cli import main
+from weakspots.cli import main
 from weakspots.sims.runs import store, sweep
 
 TRAIN_SPEC = """\

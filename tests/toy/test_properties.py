@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from weakspots.cli import main
 from weakspots.idealized.toy.config import LOSSES, OPERATORS, OPTIMIZERS, ConfigError, TrainConfig
-from weakspots.sims.cli import main
 from weakspots.sims.runs.store import config_hash
 
 FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}

@@ -1,7 +1,7 @@
 """The `weakspots` command line: one tool, one verb per module in this package.
 
 Every verb module defines `register(subparsers)` (adding its parser, with `run` as the
-`handler` default) and reads its flags through `sims.cli.common`, so the verbs share
+`handler` default) and reads its flags through `cli.common`, so the verbs share
 flag names and output conventions: a readable table by default, `--json` for
 machines, exit code 2 with one line naming the flag for bad input, exit code 1 with one
 line naming the error for a failed computation (a diverged run, a failed solve, a
@@ -45,10 +45,10 @@ def build_parser(imported: tuple[str, ...] = VERBS) -> Parser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="verb", required=True, parser_class=Parser)
     for name in VERBS:
-        if importlib.util.find_spec(f"weakspots.sims.cli.{name}") is None:
+        if importlib.util.find_spec(f"weakspots.cli.{name}") is None:
             continue
         if name in imported:
-            importlib.import_module(f"weakspots.sims.cli.{name}").register(subparsers)
+            importlib.import_module(f"weakspots.cli.{name}").register(subparsers)
         else:
             subparsers.add_parser(name, help=SUMMARIES.get(name, ""))
     return parser

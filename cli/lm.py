@@ -126,7 +126,7 @@ def register(subparsers) -> None:
     register_carry(verbs)
     register_prefetch(verbs)
     pretrain.register(verbs)
-    from . import lookup  # `weakspots lm lookup` (sims/cli/lookup.py)
+    from . import lookup  # `weakspots lm lookup` (cli/lookup.py)
 
     lookup.register(verbs)
 
@@ -541,7 +541,7 @@ def register_prefetch(verbs) -> None:
 
 
 def run_prefetch(args: argparse.Namespace) -> int:
-    from weakspots.sims.cli.sweep import share_of
+    from weakspots.cli.sweep import share_of
 
     index, count = share_of(args, "lm prefetch")
     from weakspots.sims.decoder import prefetch

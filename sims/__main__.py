@@ -1,3 +1,0 @@
-from weakspots.sims.cli import main
-
-raise SystemExit(main())

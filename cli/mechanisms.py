@@ -10,6 +10,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import footprint, selection
+from weakspots.theory.predictions import footprint_predictions, selection_predictions
 
 from . import common, induction
 
@@ -148,75 +149,6 @@ def flow_config(args: argparse.Namespace, toy_config):
     if args.heads != 1:
         raise common.UsageError("--heads: the selection flow has one head and one indexer")
     return _build(selection.SelectionFlowConfig, args, heads=2)
-
-
-def footprint_predictions(stride: int, window: int, chunks: int, carry_gain, decoy_gain) -> dict:
-    """The footprint model's predictions under flat carry, mean pooling, nu = 1 (docs/theory.md §9.4).
-
-    carry_gain g = beta c / s, decoy_gain g_D = beta_D / s. Evaluated from the §9.4
-    definitions (theory.footprint_phase_logit, footprint_retrieval), with the closed forms
-    beside them. Returns a dict of plain values.
-    """
-    s = int(stride)
-    alpha = np.full(s, 1.0 / s)
-    carry = theory.footprint_flat_carry(window)
-    gain, key_gain = carry_gain * s, decoy_gain * s
-    m_eff = theory.footprint_phase_logit(alpha, s, carry, gain, key_gain)
-    retrieval = theory.footprint_retrieval(alpha, s, chunks, carry, gain, key_gain)
-    ratio = theory.footprint_allocation_ratio(alpha, s, carry, gain, key_gain)
-    q, rho = divmod(int(window), s)
-    out = {
-        "model": "footprint",
-        "phase_logit": m_eff.tolist(),
-        "retrieval": retrieval.tolist(),
-        "weakest_phase": int(np.argmin(retrieval)),
-        "retrieval_gap": float(retrieval.max() - retrieval.min()),
-        "phase_logit_gap": float(m_eff.max() - m_eff.min()),
-        "entries_holding_fact": theory.footprint_entry_count(s, window).tolist(),
-        "allocation_ratio": [None if math.isnan(v) else float(v) for v in ratio],
-        "allocation_law": theory.footprint_allocation_law(s, carry_gain, decoy_gain).tolist(),
-        "weakest_phase_closed_form": (
-            theory.footprint_weakest_phase(s, window, carry_gain, decoy_gain)
-            if q >= 1 and carry_gain > 0
-            else None
-        ),
-        "weakest_phase_wrapped": (
-            theory.footprint_weakest_phase_wrapped(s, window, carry_gain, decoy_gain)
-            if q >= 1 and rho > 0 and carry_gain > 0
-            else None
-        ),
-        "gap_bound": (
-            theory.footprint_gap_bound(q, key_gain / s) if rho == 0 and q >= 2 else None
-        ),
-        "growth_rate": theory.footprint_growth_rate(s, chunks, carry, gain, key_gain),
-    }
-    return out
-
-
-def selection_predictions(stride: int, chunks: int, topk: int, dim, weights) -> dict:
-    """The selection model's predictions for a toy indexer with pooling weights `weights`
-    (docs/theory.md §9.5): the miss probability by phase, exact at finite `dim` (d = inf:
-    every needle with weight > 0 is selected), its step form, the step's place and width,
-    and acc(phi) with a mean-pooling readout. Returns a dict of plain values."""
-    s = int(stride)
-    out = {
-        "model": "selection",
-        "step_location": theory.topk_step_location(chunks, topk),
-        "step_width": theory.topk_step_width(chunks, topk) if topk < chunks else 0.0,
-    }
-    if dim is None or topk >= chunks:
-        miss = np.where(weights > 0, 0.0, 1.0 - topk / chunks) if topk < chunks else np.zeros(s)
-        out["miss_probability"] = miss.tolist()
-        return out
-    mu, sigma = theory.topk_indexer_margin(weights, dim)
-    miss = theory.topk_phase_miss_probability(weights, chunks, topk, dim)
-    out["indexer_mean"] = mu.tolist()
-    out["indexer_sd"] = sigma.tolist()
-    out["miss_probability"] = miss.tolist()
-    out["miss_probability_step"] = theory.topk_miss_probability_step(mu, sigma, chunks, topk).tolist()
-    out["accuracy"] = theory.topk_accuracy(weights, np.full(s, 1.0 / s), chunks, topk, dim).tolist()
-    out["miss_gap"] = float(miss.max() - miss.min())
-    return out
 
 
 def predict(args: argparse.Namespace) -> dict:

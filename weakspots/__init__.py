@@ -36,7 +36,7 @@ _API = {
     "solve_many": "weakspots.sims.toy.flow",
     "FlowResult": "weakspots.sims.toy.flow",
     "FlowFailed": "weakspots.sims.toy.flow",
-    "predictions": "weakspots.cli.predict",
+    "predictions": "weakspots.theory.predictions",
     "load_spec": "weakspots.sims.runs.sweep",
     "run_sweep": "weakspots.sims.runs.sweep",
     "load": "weakspots.sims.runs.store",

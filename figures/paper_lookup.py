@@ -3,7 +3,7 @@ design, both paddings, beside the full-attention control."""
 
 import numpy as np
 
-from weakspots.figures.style import COLORS, legend_below, panel_grid
+from weakspots.figures.style import COLORS, legend_below, letter_panels, panel_grid
 
 CAPTION = (
     "The paper's lookup (64 one-token animal->name records, 8 demonstrations, a target key; "
@@ -88,5 +88,5 @@ def make(results, predictions=None):
         "recorded": "Pretrained at small scale",
         "trained": "Pretrained at small scale",
     }
-    fig.suptitle(f"{source[results['source']]}: {head}")  # fmt: skip
-    return fig
+    fig.suptitle(f"{source[results['source']]}:\n{head}", fontsize=10)  # fmt: skip
+    return letter_panels(fig)

@@ -119,6 +119,19 @@ def exact_visibility(config: PretrainConfig, length: int | None = None) -> Bool[
     return (u <= t) & recent
 
 
+HeadOverride = tuple[Bool[Array, " H"], Float[Array, "*B H hd"]]
+
+
+def override_last(heads: Float[Array, "B T H hd"], override: HeadOverride | None):
+    """`heads` with, at the last position, the heads where `mask` holds set to `values`
+    (`override = (mask, values)`); None: `heads` itself."""
+    if override is None:
+        return heads
+    mask, values = override
+    last = jnp.where(jnp.asarray(mask)[:, None], values, heads[:, -1])
+    return heads.at[:, -1].set(last.astype(heads.dtype))
+
+
 def grouped_attention(
     q: Float[Array, "B T H hd"],
     sources: list[tuple[Float[Array, "B N G hd"], Float[Array, "B N G hd"], Bool[Array, "T N"]]],
@@ -180,6 +193,16 @@ class AbstractAttentionKind(nnx.Module):
         k = self.k_norm(k) if self.k_norm is not None else k
         return rotate(k, positions, self.config.rotary_dim, self.config.rope_theta)
 
+    @abc.abstractmethod
+    def heads(self, x: Tokens) -> Float[Array, "B T H hd"]:
+        """Every query head's attention output, before `o_proj`."""
+
+    def __call__(self, x: Tokens, head_override: HeadOverride | None = None) -> Tokens:
+        """`o_proj` of the heads; `head_override = (mask (H,), values (H, hd) or (B, H, hd))`
+        replaces, at the last position only, the heads where `mask` holds by `values`
+        (mean-replacement knockout, `sims.pretrain.mechanism`); None changes nothing."""
+        return self.output(override_last(self.heads(x), head_override))
+
     def output(self, heads: Float[Array, "B T H hd"]) -> Tokens:
         return self.o_proj(heads.reshape(*heads.shape[:2], -1))
 
@@ -226,12 +249,12 @@ class FullAttention(AbstractAttentionKind):
         scores = config.seq_len * config.seq_len  # the whole T x T product is computed
         return cls.projection_flops(config, 2) + 4.0 * scores * config.heads * config.head_dim
 
-    def __call__(self, x: Tokens) -> Tokens:
+    def heads(self, x: Tokens) -> Float[Array, "B T H hd"]:
         positions = jnp.arange(x.shape[1])
         k, v = self.exact(x)
         k = self.normed_keys(k, positions)
         mask = causal_visibility(x.shape[1])
-        return self.output(grouped_attention(self.queries(x), [(k, v, mask)]))
+        return grouped_attention(self.queries(x), [(k, v, mask)])
 
 
 class WindowPooling(nnx.Module):
@@ -323,7 +346,7 @@ class CompressedAttention(AbstractAttentionKind):
         values = keys if self.value_pooling is None else self.value_pooling(windows)
         return keys, values
 
-    def __call__(self, x: Tokens) -> Tokens:
+    def heads(self, x: Tokens) -> Float[Array, "B T H hd"]:
         k, v = self.exact(x)
         k = self.normed_keys(k, jnp.arange(x.shape[1]))
         v = k if v is None else v
@@ -332,7 +355,7 @@ class CompressedAttention(AbstractAttentionKind):
             (ek, ev, entry_visibility(self.config, x.shape[1])),
             (k, v, exact_visibility(self.config, x.shape[1])),
         ]
-        return self.output(grouped_attention(self.queries(x), sources))
+        return grouped_attention(self.queries(x), sources)
 
 
 _REGISTRY: dict[str, type[AbstractAttentionKind]] = {}

@@ -9,6 +9,7 @@ HF's `Qwen3ForCausalLM`, so its weights map one to one (`tests/pretrain`).
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
@@ -35,8 +36,8 @@ class Block(nnx.Module):
         self.post_attention_layernorm = rms_norm(config.d_model, rngs=rngs)
         self.mlp = SwiGLU(config.d_model, config.mlp_hidden, rngs=rngs)
 
-    def __call__(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
+    def __call__(self, x, head_override=None):
+        x = x + self.self_attn(self.input_layernorm(x), head_override)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -54,11 +55,26 @@ class Backbone(nnx.Module):
         self.norm = rms_norm(config.d_model, rngs=rngs)
         self.lm_head = linear(config.d_model, config.vocab, rngs=rngs)
 
-    def __call__(self, tokens: Int[Array, "B T"]) -> Float[Array, "B T V"]:
+    def __call__(self, tokens: Int[Array, "B T"], head_override=None) -> Float[Array, "B T V"]:
+        """`head_override = (mask (L, H), values (L, H, hd) or (L, B, H, hd))`: at the last
+        position, layer l's query heads where `mask[l]` holds output `values[l]` instead
+        (`attention.override_last`); None, the default, changes nothing."""
         x = self.embed_tokens(tokens)
-        for block in self.layers:
-            x = block(x)
+        for layer, block in enumerate(self.layers):
+            override = None
+            if head_override is not None:
+                override = (head_override[0][layer], head_override[1][layer])
+            x = block(x, override)
         return self.lm_head(self.norm(x))
+
+    def attention_inputs(self, tokens: Int[Array, "B T"]) -> Float[Array, "L B T D"]:
+        """Every block's attention input, `input_layernorm(x)` (gates and heads read it)."""
+        x = self.embed_tokens(tokens)
+        inputs = []
+        for block in self.layers:
+            inputs.append(block.input_layernorm(x))
+            x = block(x)
+        return jnp.stack(inputs)
 
 
 def forward_flops(config: PretrainConfig) -> float:

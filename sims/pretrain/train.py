@@ -33,6 +33,7 @@ from weakspots.sims.schedule import warmup_cosine
 DTYPE = jnp.float32
 VALIDATION_SEED = 999_983  # the corpus stream every run's validation loss is measured on
 LOG_SECONDS = 10.0  # at most one loss line per this many seconds
+KEPT = "checkpoints"  # with keep_checkpoints: <out>/checkpoints/step-<n>/ holds each checkpoint
 
 Batches = Callable[[int, int, int, int], Iterator[np.ndarray]]
 """`(seed, batch, length, start_step) -> iterator of int32 (batch, length + 1)` token arrays."""
@@ -182,7 +183,9 @@ def _validation_tokens(data: Batches, config: PretrainConfig) -> np.ndarray:
     return np.stack([next(stream) for _ in range(config.val_batches)]).astype(np.int32)
 
 
-def _checkpoint(out_dir: Path, config, states: TrainState, history: History, val_tokens) -> None:
+def _checkpoint(
+    out_dir: Path, config, states: TrainState, history: History, val_tokens, keep: bool = False
+) -> None:
     step = int(np.asarray(states.step)[0])
     if config.val_batches:
         val = np.asarray(validation_loss_many(config.static, states.params, val_tokens))
@@ -192,6 +195,10 @@ def _checkpoint(out_dir: Path, config, states: TrainState, history: History, val
     for r, seed in enumerate(range(config.seed, config.seed + config.seeds)):
         params = jax.tree.map(lambda x, r=r: x[r], states.params)
         checkpoint.save_seed(out_dir, config.for_seed(seed), params)
+        if keep:
+            checkpoint.save_seed(out_dir / KEPT / f"step-{step}", config.for_seed(seed), params)
+    if keep:
+        checkpoint.write_json(out_dir / KEPT / f"step-{step}" / checkpoint.CONFIG, config.asdict())
     checkpoint.write_json(out_dir / checkpoint.HISTORY, history.asdict())
 
 
@@ -218,11 +225,14 @@ def pretrain(
     progress: Progress | None = None,
     data: Batches | None = None,
     stop_after: int | None = None,
+    keep_checkpoints: bool = False,
 ) -> History:
     """Train `config.seeds` runs, writing checkpoints to `out_dir` (and resuming from it).
 
     `data` (default: the project's corpus) gives each seed's batches; `stop_after` ends the
-    call after the first checkpoint at or past that step (an interruption, for tests).
+    call after the first checkpoint at or past that step (an interruption, for tests);
+    `keep_checkpoints` also keeps every checkpoint's seeds in `out_dir/checkpoints/step-<n>/`
+    (the gates over training, `sims.pretrain.mechanism.gate_trajectory`).
     Returns the loss curves; the runs' checkpoints are `checkpoint.seed_checkpoints(out_dir)`.
     """
     config = resolve_vocab(config)
@@ -281,7 +291,7 @@ def pretrain(
                 rate = history.timed_steps / history.train_seconds
                 history.tokens_per_second = tokens_per_step * rate
                 history.flops_per_second = config.seeds * train_flops_per_step(config) * rate
-            _checkpoint(out_dir, config, states, history, val_tokens)
+            _checkpoint(out_dir, config, states, history, val_tokens, keep_checkpoints)
             if stop_after is not None and done >= stop_after and done < config.steps:
                 break
     return history

@@ -129,6 +129,9 @@ def register(subparsers) -> None:
     from . import lookup  # `weakspots lm lookup` (cli/lookup.py)
 
     lookup.register(verbs)
+    from . import pretrain_mechanism  # `lm knockout`, `lm gates`, `lm cycle`
+
+    pretrain_mechanism.register(verbs)
 
 
 def add_cache_flag(parser: argparse.ArgumentParser) -> None:

@@ -77,6 +77,10 @@ def register(verbs) -> None:
         else:
             parser.add_argument(flag, type=type(default), default=default, help=HELP[field.name])
     parser.add_argument("--out", required=True, help="run directory (checkpoints, loss curves)")
+    parser.add_argument(
+        "--keep-checkpoints", action="store_true",
+        help="also keep every checkpoint in OUT/checkpoints/step-N/ (lm gates --over-training)",
+    )  # fmt: skip
     common.add_output_flags(parser)
     parser.set_defaults(handler=run_pretrain)
 
@@ -99,7 +103,9 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
     with Progress("lm pretrain", "steps", enabled=common.progress_enabled(args)) as progress:
         try:
-            history = pretrain(config, out_dir=out, progress=progress)
+            history = pretrain(
+                config, out_dir=out, progress=progress, keep_checkpoints=args.keep_checkpoints
+            )
         except ValueError as error:
             if "another config" in str(error):
                 raise common.UsageError(f"--out: {error}") from None

@@ -1,6 +1,8 @@
 """The mechanism measurements on pretrained backbones (sims.pretrain.mechanism) against
 independent answers: explicit numpy forwards, closed forms, invariants."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -361,3 +363,69 @@ def test_kept_checkpoints_give_the_gate_trajectory(tmp_path):
     direct = mechanism.gate_concentration(final[1], final[0], tokens)["branches"]["key"]["static"]
     np.testing.assert_array_equal(static[-1, 1], direct)
     assert not np.array_equal(static[0], static[1])  # training moved the gates
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def run_cli(capsys, *argv):
+    from weakspots.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["knockout", "--checkpoint", "/no/such/dir"], "--checkpoint"),
+        (["gates", "--checkpoint", "/no/such/dir"], "--checkpoint"),
+        (["cycle", "--checkpoint", "/no/such/dir"], "--checkpoint"),
+        (["knockout", "--checkpoint", ".", "--calibration", "1"], "--calibration"),
+        (["cycle", "--checkpoint", ".", "--padding", "middle"], "--padding"),
+        (["cycle", "--checkpoint", ".", "--batch", "0"], "--batch"),
+        (["gates", "--checkpoint", ".", "--rows", "0"], "--rows"),
+    ],
+)
+def test_cli_bad_input_is_one_line_naming_the_flag(capsys, argv, flag):
+    code, _, err = run_cli(capsys, "lm", *argv)
+    assert code == 2 and f"error: {flag}" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_cli_verbs_on_a_tiny_pretrained_run(capsys, tmp_path):
+    """`lm pretrain --keep-checkpoints` on the corpus for 2 steps, then the three verbs."""
+    run = tmp_path / "run"
+    code, _, err = run_cli(
+        capsys, "lm", "pretrain", "--out", str(run), "--d-model", "16", "--layers", "1",
+        "--heads", "2", "--head-dim", "8", "--mlp-hidden", "16", "--seq-len", "32",
+        "--batch", "2", "--steps", "2", "--log-every", "1", "--checkpoint-every", "1",
+        "--val-batches", "0", "--warmup", "1", "--seeds", "2", "--attention", "compressed",
+        "--window", "4", "--stride", "4", "--local-window", "4", "--keep-checkpoints",
+        "--quiet", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step-1", "step-2"]
+    design = ["--modulus", "4", "--prompts-per-residue", "2", "--json"]
+    code, out, err = run_cli(capsys, "lm", "knockout", "--checkpoint", str(run), "--calibration",
+                             "2", *design)  # fmt: skip
+    assert code == 0, err
+    report = json.loads(out)
+    assert np.shape(report["change"]) == (2, 4) and report["calibration_prompts"] == 8
+    assert "lm knockout: 6/6 evaluations" in err  # progress: 2 seeds x (intact + 2 units)
+    code, out, err = run_cli(capsys, "lm", "cycle", "--checkpoint", str(run), "--deltas", "1",
+                             "-1", *design)  # fmt: skip
+    assert code == 0, err
+    assert set(json.loads(out)["deltas"]) == {"1", "-1"}
+    code, out, err = run_cli(capsys, "lm", "gates", "--checkpoint", str(run), "--over-training",
+                             "--rows", "2", "--json", "--quiet")  # fmt: skip
+    assert code == 0, err
+    [result] = json.loads(out)["results"]
+    assert result["steps"] == [1, 2] and result["seeds"] == [0, 1]
+    code, out, err = run_cli(capsys, "lm", "gates", "--checkpoint", str(run / "seed-0"), "--rows",
+                             "2", "--json")  # fmt: skip
+    static = json.loads(out)["results"][0]["branches"]["value"]["static"]
+    np.testing.assert_allclose(static, result["branches"]["value"]["static"][-1][0], rtol=1e-6)
+    code, _, err = run_cli(capsys, "lm", "cycle", "--checkpoint", str(run), "--deltas", "0")
+    assert code == 2 and "error: --deltas" in err

@@ -190,9 +190,10 @@ def knockout(
     (disjoint from `evaluation`: checked); everything else runs intact. Returns `units`,
     `intact` (`lookup.report` of the intact checkpoints), per unit and residue `change`
     (knocked-out minus intact accuracy, mean over seeds) with `change_interval`
-    (`difference_interval`), `relative_change` = change / intact accuracy of the residue
-    (the intact mean treated as fixed; None where it is 0) with `relative_interval`, the
-    per-seed `accuracy` `(seeds, units, residues)`, and the calibration's size.
+    (`difference_interval`), `hurt_residues` per unit, `relative_change` = change / intact
+    accuracy of the residue (the intact mean treated as fixed; None where it is 0) with
+    `relative_interval`, the per-seed `accuracy` `(seeds, units, residues)`, and the
+    calibration's size.
     `progress(done, total)` after each evaluation.
     """
     if not checkpoints:
@@ -252,12 +253,20 @@ def knockout(
         "intact": intact_report,
         "change": change.tolist(),
         "change_interval": interval.tolist(),
+        "hurt_residues": hurt_residues({"change_interval": interval}),
         "relative_change": _none_if_nan(relative),
         "relative_interval": [_none_if_nan(x) for x in relative_interval],
         "accuracy": np.asarray(accuracy).tolist(),
         "calibration_prompts": len(calibration),
         "evaluation_prompts": len(evaluation),
     }
+
+
+def hurt_residues(result: dict) -> list[list[int]]:
+    """Per knockout unit, the residues whose change interval lies wholly below 0 (the
+    knockout costs them accuracy beyond the interval): how many phases a head carries."""
+    interval = np.asarray(result["change_interval"])  # (units, residues, 2)
+    return [np.flatnonzero(row[:, 1] < 0).tolist() for row in interval]
 
 
 # ----------------------------------------------------------------------------- gates
@@ -323,7 +332,8 @@ def gate_concentration(params: nnx.State, config: PretrainConfig, tokens=None) -
 
     Returns per branch `static`, `per_window` `(L, E)` and `mean_gate` `(L, W, E)` (alpha
     averaged over windows: where a static preference peaks), `windows` (per layer), the
-    window and stride. Uniform gates give W and W; a one-hot gate 1 and 1.
+    window and stride; `peaks` (`gate_peaks`). Uniform gates give W and W; a one-hot gate 1
+    and 1.
     """
     tokens = corpus_tokens(length=config.seq_len) if tokens is None else tokens
     alphas = gate_weights(params, config, tokens)
@@ -339,6 +349,30 @@ def gate_concentration(params: nnx.State, config: PretrainConfig, tokens=None) -
             "mean_gate": windows.mean(axis=1).tolist(),
             "windows": batch * count,
         }
+    out["peaks"] = gate_peaks(out) if "key" in out["branches"] else None
+    return out
+
+
+def gate_peaks(result: dict) -> list[list[dict]]:
+    """Per compressed layer and gate (KV head or channel), the offset where the key and the
+    value gates' window-averaged weights peak (`gate_concentration`'s `mean_gate`), and
+    whether the value's peak is one offset after the key's (mod W), as PAPER.md §4 reports
+    for statically concentrated heads. Tied values: the key's peak alone."""
+    key = np.asarray(result["branches"]["key"]["mean_gate"])  # (L, W, E)
+    value = result["branches"].get("value")
+    value = None if value is None else np.asarray(value["mean_gate"])
+    window = key.shape[1]
+    out = []
+    for layer in range(key.shape[0]):
+        rows = []
+        for e in range(key.shape[2]):
+            k = int(np.argmax(key[layer, :, e]))
+            row = {"key_peak": k}
+            if value is not None:
+                v = int(np.argmax(value[layer, :, e]))
+                row |= {"value_peak": v, "value_after_key": v == (k + 1) % window}
+            rows.append(row)
+        out.append(rows)
     return out
 
 

@@ -180,6 +180,12 @@ def test_difference_interval_with_seeds_as_clusters():
     assert (lo, hi) == pytest.approx((seeds.mean() - t, seeds.mean() + t))
 
 
+def test_hurt_residues_reads_the_intervals():
+    result = {"change_interval": [[[-0.5, -0.1], [-0.2, 0.1], [-0.3, -0.0001]],
+                                  [[0.0, 0.2], [-0.1, 0.1], [-0.2, 0.3]]]}  # fmt: skip
+    assert mechanism.hurt_residues(result) == [[0, 2], []]
+
+
 # ----------------------------------------------------------------------------- gates
 
 
@@ -255,6 +261,27 @@ def test_gate_concentration_of_uniform_and_one_hot_gates():
         mechanism.gate_concentration(
             params_of(config(attention="full")), config(attention="full"), tokens
         )
+
+
+def test_gate_peaks_find_a_value_gate_one_offset_after_its_key_gate():
+    cfg = config(window=4, stride=4, layers=1, kv_heads=1)
+    params = set_gates(params_of(cfg), 1)
+
+    def value_at(path, leaf):
+        names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+        if names[-1] == "gate_bias" and names[-2] == "value_pooling":
+            return np.roll(leaf, 1, axis=0)  # value one-hot on offset 2
+        return leaf
+
+    params = jax.tree_util.tree_map_with_path(value_at, params)
+    result = mechanism.gate_concentration(params, cfg, tokens_of(cfg))
+    assert mechanism.gate_peaks(result) == [
+        [{"key_peak": 1, "value_peak": 2, "value_after_key": True}]
+    ]
+    same = mechanism.gate_concentration(set_gates(params_of(cfg), 3), cfg, tokens_of(cfg))
+    assert mechanism.gate_peaks(same) == [
+        [{"key_peak": 3, "value_peak": 3, "value_after_key": False}]
+    ]
 
 
 # ----------------------------------------------------------------------------- cycling

@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from weakspots.benchmarks import timing
 from weakspots.idealized import deepseek_v4 as deepseek
 from weakspots.idealized.operators.base import TOY
 from weakspots.idealized.operators.registry import operator_names
@@ -95,8 +96,6 @@ def compare(
     operators=OPERATORS, runs: int = 2, steps: int = 4, repeats: int = 3, log=lambda _: None
 ) -> dict:
     """Per operator: plain/current step-time ratios (wall and CPU) and both forms' last losses."""
-    from weakspots.benchmarks import bench  # its timing helpers (bench imports this module)
-
     out = {}
     for operator in operators:
         log(f"operator step {operator}: compiling both forms")
@@ -105,10 +104,10 @@ def compare(
             "current": step_block(operator, runs, steps, plain=False),
         }
         losses = {name: np.asarray(call()[1])[:, -1] for name, call in calls.items()}
-        times = bench.interleaved(calls, repeats)
+        times = timing.interleaved(calls, repeats)
         work = {name: runs * steps for name in calls}
         out[operator] = {
-            "speedup": bench.ratios(times, work, "current", "plain"),
+            "speedup": timing.ratios(times, work, "current", "plain"),
             "current_seconds_per_step": float(
                 np.median([t.wall for t in times["current"]]) / steps
             ),

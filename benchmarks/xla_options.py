@@ -20,6 +20,7 @@ from functools import partial
 import jax
 import numpy as np
 
+from weakspots.benchmarks import timing
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.xla import COMPILER_OPTIONS
@@ -45,8 +46,6 @@ def step_block(config: TrainConfig, runs: int, options: dict):
 
 def compare(runs: int = 2, steps: int = 100, repeats: int = 3, log=lambda _: None) -> dict:
     """Per setting: default/ours step-time ratios, compile seconds, largest loss difference."""
-    from weakspots.benchmarks import bench  # its timing helpers
-
     out = {}
     for name, changes in SETTINGS.items():
         config = TrainConfig(eval_every=steps, **changes).static
@@ -55,10 +54,10 @@ def compare(runs: int = 2, steps: int = 100, repeats: int = 3, log=lambda _: Non
         default, compile_default = step_block(config, runs, {})
         calls = {"ours": ours, "default": default}
         losses = {k: np.asarray(call()[1]) for k, call in calls.items()}
-        times = bench.interleaved(calls, repeats)
+        times = timing.interleaved(calls, repeats)
         work = {k: runs * steps for k in calls}
         out[name] = {
-            "speedup": bench.ratios(times, work, "ours", "default"),
+            "speedup": timing.ratios(times, work, "ours", "default"),
             "compile_seconds": {"ours": compile_ours, "default": compile_default},
             "max_loss_difference": float(np.max(np.abs(losses["ours"] - losses["default"]))),
         }

@@ -50,7 +50,9 @@ import numpy as np
 
 from weakspots.errors import ConfigError
 
+from .records import check_protocols, record_trials
 from .tokenizers import Tokenizer
+from .trial import Trial
 
 TASKS = ("passkey", "kv", "recall", "records", "flip")
 BACKENDS = ("openai", "hf", "decoder")
@@ -182,8 +184,6 @@ class ProbeConfig:
         if self.facts > len(NAMES):
             raise ConfigError("facts", f"at most {len(NAMES)}, got {self.facts}")
         self._check_setup()
-        from .records import check_protocols
-
         check_protocols(self)
 
     def _check_setup(self):
@@ -257,38 +257,6 @@ class ProbeConfig:
 
     def replace(self, **changes) -> ProbeConfig:
         return dataclasses.replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One prompt of a scan and what a correct continuation starts with.
-
-    `coordinates`: where it sits in the design (context, depth, group, needle_shift,
-    tail_shift), scalars. `prompt`: every token id the model reads (lead included).
-    `needle_index`: index in `prompt` of the answer's first token (its first
-    occurrence). `block`: the paired group across the whole scan (trials of one block
-    share filler and answer). `answer_ids`: the answer's tokens, for backends that
-    return ids. `text`: the prompt's text without its lead and trail (text tasks), what a
-    server that takes text is sent. `natural`: whether the tokenizer encodes `text` to
-    exactly these ids (None where not checked: a server's tokenizer, the recall task).
-    `reply`: the prompt ends in a chat template's assistant turn, so the answer comes in
-    a reply of the model's own wording rather than right after the question.
-    """
-
-    coordinates: dict
-    prompt: tuple[int, ...]
-    answer: str
-    answer_ids: tuple[int, ...]
-    needle_index: int
-    block: int
-    max_tokens: int
-    text: str | None = None
-    natural: bool | None = None
-    reply: bool = False
-
-    @property
-    def prompt_length(self) -> int:
-        return len(self.prompt)
 
 
 def _rng(seed: int, context: int, depth: float | None, group: int, *more) -> np.random.Generator:
@@ -393,8 +361,6 @@ def text_trials(
     one a server adds itself); `trail`: ids after the question (a chat template's closing).
     """
     if config.task == "records":
-        from .records import record_trials
-
         return record_trials(config, tokenizer, lead, trail)
     pieces = _Pieces(tokenizer)
     lead, trail = tuple(lead), tuple(trail)

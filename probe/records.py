@@ -31,6 +31,7 @@ import numpy as np
 from weakspots.errors import ConfigError
 
 from .tokenizers import Tokenizer
+from .trial import Trial
 
 INTRO = "A list of records: each is a key of two words, a colon, and its digit."
 LEAD = "\n"
@@ -129,8 +130,6 @@ class _Layout:
 def record_trials(config, tokenizer: Tokenizer, lead=(), trail=()) -> list:
     """Every trial of a `records` scan (module docstring), residue by residue. `lead`, `trail`:
     ids the model reads before the intro and after the question (a BOS token, a chat template)."""
-    from .design import Trial
-
     R = config.period
     if R > MAX_PERIOD:
         raise ConfigError(

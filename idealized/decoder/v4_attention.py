@@ -48,7 +48,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Bool, Float
 
-from weakspots.idealized.decoder.attention import (
+from weakspots.idealized.decoder.primitives import (
     MASKED,
     compressed_visibility,
     cut_band,

@@ -40,7 +40,7 @@ from weakspots.idealized import metrics
 from weakspots.idealized.decoder.config import LMConfig, RecallTask
 from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.recall import placed_batch, placed_starts, value_starts
-from weakspots.sims.decoder.train import first_query_correct, jit
+from weakspots.sims.decoder.forward import first_query_correct, jit
 
 EVAL_CHUNK = 128  # sequences per forward pass in evaluation (bounds memory)
 EVALUATION = "own sequences per seed"  # how `LMResult.outcomes` are drawn (kept in checkpoints)

@@ -13,7 +13,6 @@ placement-controlled evaluation set of `sims.decoder.evaluate`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from collections.abc import Sequence
 from functools import partial
@@ -26,21 +25,28 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.decoder.recall import RecallBatch, sample_batch
 from weakspots.idealized.decoder.v4_attention import IndexerStat
 from weakspots.idealized.precision import float64
+from weakspots.sims.decoder.evaluate import evaluate_many, phase_summary
+from weakspots.sims.decoder.forward import (
+    first_query_correct,
+    first_query_correct_from_logits,
+    first_query_hits,
+    graphdef,
+    jit,
+    merge,
+    query_logits,
+    query_part,
+)
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.schedule import warmup_cosine
 from weakspots.sims.toy.train import TrainingDiverged, stack_hyper
 
 DTYPE = jnp.float32
-# The decoder's programs compile with XLA's default options rather than `idealized.xla.jit`'s:
-# the older CPU emitters that speed up the toy's sampler compile these programs about twice
-# as slowly and run them no faster (`python -m weakspots.benchmarks.lm_throughput --compiler-options`).
-jit = jax.jit
 SEQUENTIAL_FLOPS = 1e8  # model FLOPs per step from which runs advance in turn (`runs_in_sequence`)
 
 
@@ -80,18 +86,6 @@ class LMHistory(eqx.Module):
     eval_accuracy: Float[Array, " E"]
 
 
-@functools.lru_cache(maxsize=32)
-def graphdef(config: DecoderConfig) -> nnx.GraphDef:
-    """The static graph of every decoder of this structure."""
-    abstract = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
-    return nnx.split(abstract)[0]
-
-
-def merge(config: DecoderConfig, params: nnx.State) -> Decoder:
-    """A live decoder from one run's parameter state."""
-    return nnx.merge(graphdef(config), params)
-
-
 def learning_rate(config: LMConfig, hyper: LMHyper, step) -> Array:
     """Linear warmup, then cosine decay to lr / 10 (`sims.schedule.warmup_cosine`)."""
     return warmup_cosine(step, lr=hyper.lr, warmup=hyper.warmup, steps=config.steps, dtype=DTYPE)
@@ -114,36 +108,11 @@ def init(config: LMConfig, hyper: LMHyper) -> LMState:
     return LMState(params, opt_state, k_data, jnp.zeros((), jnp.int32))
 
 
-def query_logits(config: LMConfig, params: nnx.State, tokens: Int[Array, "B T"]) -> Array:
-    """Logits `(B, T - context_len, vocab)` of the query section alone: every scored position
-    (`RecallBatch.scored`, `first_query`) lies there, after the task's context."""
-    return merge(config.decoder, params)(tokens, start=config.task.context_len)
-
-
-def _query_part(config: LMConfig, y: Array) -> Array:
-    return y[:, config.task.context_len :]
-
-
 def _loss(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
-    targets = _query_part(config, batch.targets)
+    targets = query_part(config, batch.targets)
     losses = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-    weights = _query_part(config, batch.scored).astype(DTYPE)
+    weights = query_part(config, batch.scored).astype(DTYPE)
     return jnp.sum(losses * weights) / jnp.sum(weights)
-
-
-def first_query_hits(logits: Array, targets: Array, first_query: Array) -> Array:
-    """Per sequence `(B,)`: every value token of the first query predicted (argmax).
-
-    `logits` `(B, T', V)`, `targets` and `first_query` `(B, T')` on the same positions.
-    """
-    hit = jnp.argmax(logits, axis=-1) == targets
-    return jnp.all(hit | ~first_query, axis=-1)
-
-
-def _first_query_correct(config: LMConfig, logits: Array, batch: RecallBatch) -> Array:
-    return first_query_hits(
-        logits, _query_part(config, batch.targets), _query_part(config, batch.first_query)
-    )
 
 
 def sequence_loss(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
@@ -224,11 +193,6 @@ def advance(config: LMConfig, state: LMState, hyper: LMHyper):
     return jax.lax.scan(lambda s, _: step(config, s, hyper), state, None, length=config.eval_every)
 
 
-def first_query_correct(config: LMConfig, params: nnx.State, batch: RecallBatch) -> Array:
-    """Per sequence, whether every value token of the first query is predicted (argmax)."""
-    return _first_query_correct(config, query_logits(config, params, batch.tokens), batch)
-
-
 @partial(jit, static_argnums=0)
 def held_out_batch(config: LMConfig) -> RecallBatch:
     """The `eval_batch` sequences of the running evaluation (uniform placement, `eval_seed`)."""
@@ -240,7 +204,7 @@ def _record(config: LMConfig, params: nnx.State, held_out: RecallBatch):
     logits = query_logits(config, params, held_out.tokens)
     return (
         _loss(config, logits, held_out),
-        jnp.mean(_first_query_correct(config, logits, held_out).astype(DTYPE)),
+        jnp.mean(first_query_correct_from_logits(config, logits, held_out).astype(DTYPE)),
     )
 
 
@@ -341,8 +305,6 @@ class LMResult:
 
     def summary(self) -> dict:
         """The run's metrics as plain Python values (the `--json` keys of `weakspots lm train`)."""
-        from weakspots.sims.decoder.evaluate import phase_summary
-
         out = phase_summary(self.config, self.outcomes)
         weights = [
             None if w is None else np.asarray(w).tolist() for w in self.model.pooling_weights()
@@ -364,8 +326,6 @@ def train_many(configs: Sequence[LMConfig], *, progress: Progress | None = None)
     `progress` counts training steps (a batch of runs trained together counts once); if it
     has no total yet, it is planned here.
     """
-    from weakspots.sims.decoder.evaluate import evaluate_many
-
     groups: dict[LMConfig, list[int]] = {}
     for i, config in enumerate(configs):
         groups.setdefault(config.static, []).append(i)

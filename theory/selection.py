@@ -48,6 +48,7 @@ import diffrax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
@@ -85,6 +86,16 @@ def _block_flow(
     logits, multiplicity, gain, chunks, t_end, learn, weight_decay, *, stride, loss,
     gain_parametrisation,
 ):  # fmt: skip
+    # Padding blocks (multiplicity 0, block_flow's width) carry no weight, do not move, and
+    # stay out of the error norm: the RMS over the real blocks' logits and the gains, which
+    # is optx.rms_norm of the unpadded state.
+    real = multiplicity > 0
+    divisor = jnp.where(real, multiplicity, 1.0)
+    size = jnp.sqrt((jnp.sum(real) + 1.0) * logits.shape[1])
+
+    def norm(tree):
+        return optx.two_norm(tree) / size
+
     def total(state):
         a, param = state
         beta = jnp.exp(param) if gain_parametrisation == "log" else param
@@ -94,7 +105,7 @@ def _block_flow(
     def field(t, state, args):
         del t, args
         grad_a, grad_gain = jax.grad(total)(state)
-        return -grad_a / multiplicity[None, :], -learn * grad_gain
+        return -grad_a / divisor[None, :], -learn * grad_gain
 
     def one(a0):
         param = jnp.log(gain) if gain_parametrisation == "log" else gain
@@ -105,7 +116,7 @@ def _block_flow(
             t_end,
             None,
             (a0, param),
-            stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-9),
+            stepsize_controller=diffrax.PIDController(rtol=1e-7, atol=1e-9, norm=norm),
             max_steps=200_000,
             throw=False,
         )
@@ -128,22 +139,33 @@ def block_flow(
     learn_gain=False,
     weight_decay=0.0,
     gain_parametrisation="log",
+    batch=None,
+    width=None,
 ):
     """Integrate the block flow (module docstring, step 1) from `logits` to t_end.
 
     logits (B, H, C) starts; multiplicity (C,); gain scalar or (H,) (the start, when
     learned); chunks N; stride s; t_end; loss; learn_gain: the gain follows
     -dL/dbeta - weight_decay beta ("linear") or its log does beta times that ("log"), as in
-    sims.toy.flow.solve_many. Tsit5 with a PID controller (rtol 1e-7), float64. Returns
-    (weights (B, H, C) of each phase of each block at t_end, gains (B, H)); nan where the
-    solve failed.
+    sims.toy.flow.solve_many. Tsit5 with a PID controller (rtol 1e-7), float64.
+    batch, width: solve B' >= B starts of C' >= C blocks (the last start repeated, blocks of
+    multiplicity 0 appended), so that calls of different shapes share one compiled
+    program; each start's solution is the unpadded one. Returns (weights (B, H, C) of each
+    phase of each block at t_end, gains (B, H)); nan where the solve failed.
     """
-    logits = jnp.asarray(logits, jnp.float64)
-    heads = logits.shape[1]
+    logits = np.asarray(logits, float)
+    rows, heads, blocks = logits.shape
+    rows_padded = rows if batch is None else max(int(batch), rows)
+    blocks_padded = blocks if width is None else max(int(width), blocks)
+    padded = np.zeros((rows_padded, heads, blocks_padded))
+    padded[:rows, :, :blocks] = logits
+    padded[rows:, :, :blocks] = logits[-1]
+    counts = np.zeros(blocks_padded)
+    counts[:blocks] = multiplicity
     gains = jnp.broadcast_to(jnp.asarray(gain, jnp.float64), (heads,))
     weights, final_gains = _block_flow(
-        logits,
-        jnp.asarray(multiplicity, jnp.float64),
+        jnp.asarray(padded, jnp.float64),
+        jnp.asarray(counts, jnp.float64),
         gains,
         jnp.asarray(float(chunks)),
         jnp.asarray(float(t_end)),
@@ -153,7 +175,7 @@ def block_flow(
         loss=loss,
         gain_parametrisation=gain_parametrisation,
     )
-    return np.asarray(weights), np.asarray(final_gains)
+    return np.asarray(weights)[:rows, :, :blocks], np.asarray(final_gains)[:rows]
 
 
 def expected_order_statistics(stride):
@@ -181,14 +203,15 @@ def phase_order(pooling_logits):
     return np.argsort(-key, axis=-1, kind="stable")
 
 
-def typical_cuts(stride, chunks, gain, heads=1, loss="mse", t_end=None):
+def typical_cuts(stride, chunks, gain, heads=1, loss="mse", t_end=None, batch=None):
     """Cuts of the start at the expected order statistics: ranks covered from the top and bottom.
 
     The start is 1e-4 times the centred, normalised expected order statistics (one head), or
     that split between two heads as (q, -q)/sqrt(2) (the differential mode); integrated by the
     block flow with every phase its own block to t_end (default specialization_time + the
-    settle of support_size_law). Returns a tuple of ints: (k,) for one head; (head 1's
-    top count, s - head 2's bottom count) for two.
+    settle of support_size_law); batch: block_flow's (the start repeated, so that a later
+    flow of that many starts reuses the compiled program). Returns a tuple of ints: (k,)
+    for one head; (head 1's top count, s - head 2's bottom count) for two.
     """
     s = int(stride)
     q = expected_order_statistics(s)
@@ -197,7 +220,7 @@ def typical_cuts(stride, chunks, gain, heads=1, loss="mse", t_end=None):
     start = 1e-4 * (q[None] if heads == 1 else np.stack([q, -q]) / math.sqrt(2.0))
     if t_end is None:
         t_end = _horizon(s, chunks, gain, heads, loss, 1e-4)
-    weights = block_flow(start[None], np.ones(s), gain, chunks, s, t_end, loss)[0][0]
+    weights = block_flow(start[None], np.ones(s), gain, chunks, s, t_end, loss, batch=batch)[0][0]
     covered = weights > COVERED / s
     if heads == 1:
         return (int(covered[0].sum()),)
@@ -277,7 +300,9 @@ def support_size_law(
         raise ValueError("support_size_law: the t = inf closure is for one head and mse")
     finite = t_end is not None and not closure
     horizon = float(t_end) if finite else _horizon(s, chunks, gain, h, loss, init_scale)
-    cuts = typical_cuts(s, chunks, gain, h, loss, horizon)
+    # one compiled flow for both: the typical start repeated to `samples` rows, the drawn
+    # starts' blocks padded to s (block_flow's batch and width)
+    cuts = typical_cuts(s, chunks, gain, h, loss, horizon, batch=samples)
     blocks = cut_blocks(s, cuts, halfwidth)
     rng = np.random.default_rng(seed)
     starts = init_scale * rng.standard_normal((samples, h, s))
@@ -285,7 +310,7 @@ def support_size_law(
     ranked = np.take_along_axis(starts, order[:, None, :], axis=-1)
     lumped = np.stack([ranked[..., a:b].mean(axis=-1) for a, b in blocks], axis=-1)
     multiplicity = np.array([b - a for a, b in blocks], float)
-    weights, _ = block_flow(lumped, multiplicity, gain, chunks, s, horizon, loss)
+    weights, _ = block_flow(lumped, multiplicity, gain, chunks, s, horizon, loss, width=s)
     covered = (weights > COVERED / s).any(axis=1)
     k = (covered * multiplicity).sum(axis=-1).astype(int)
     if closure:
@@ -343,7 +368,7 @@ def learned_gain_law(
     q = expected_order_statistics(s)
     q = centred_logits(q)
     q = 1e-4 * q / np.linalg.norm(q)
-    typical, _ = flow(q[None, None], np.ones(s))
+    typical, _ = flow(q[None, None], np.ones(s), batch=samples)  # one compiled flow for both
     cut = int((typical[0, 0] > COVERED / s).sum())
     blocks = cut_blocks(s, (cut,), halfwidth)
     rng = np.random.default_rng(seed)
@@ -351,7 +376,7 @@ def learned_gain_law(
     ranked = np.take_along_axis(starts, phase_order(starts)[:, None, :], axis=-1)
     lumped = np.stack([ranked[..., a:b].mean(axis=-1) for a, b in blocks], axis=-1)
     multiplicity = np.array([b - a for a, b in blocks], float)
-    weights, gains = flow(lumped, multiplicity)
+    weights, gains = flow(lumped, multiplicity, width=s)
     k = ((weights[:, 0] > COVERED / s) * multiplicity).sum(axis=-1).astype(int)
     sizes, counts = np.unique(k, return_counts=True)
     law, final_gain = {}, {}

@@ -52,7 +52,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import betainc
 
 from weakspots.idealized.precision import float64_module
@@ -120,6 +119,8 @@ def normalised_unstable_gains(stride, chunks):
     excess = lambda m: (2 * m + 1) * math.exp(m) / (m - 1) - (chunks - 1.0)  # noqa: E731
     if excess(WORST_LOGIT) >= 0.0:
         return None
+    from scipy.optimize import brentq  # here: importing theory stays lighter
+
     lo = brentq(excess, 1.0 + 1e-12, WORST_LOGIT)
     hi = brentq(excess, WORST_LOGIT, WORST_LOGIT + math.log(chunks) + 10.0)
     return math.sqrt(stride) * lo, math.sqrt(stride) * hi

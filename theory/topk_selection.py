@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import brentq
 from scipy.special import betainc, ndtr, ndtri
 
 from .accuracy import needle_accuracy
@@ -96,6 +95,8 @@ def needle_mean(hit, sigma, chunks, topk):
     target = min(max(float(hit), 1e-4), 1.0 - 1e-4)
     t = step_location(chunks, topk)
     span = 12.0 * max(float(sigma), step_width(chunks, topk), 1.0)
+    from scipy.optimize import brentq  # here: importing theory stays lighter
+
     return float(brentq(
         lambda m: 1.0 - float(miss_probability(m, sigma, chunks, topk)) - target,
         t - span, t + span, xtol=1e-10,

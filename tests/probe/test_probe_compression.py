@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="compression runs in torch")
-transformers = pytest.importorskip("transformers", reason="compression hooks into transformers")
+torch = pytest.importorskip("torch", reason="compression needs torch (the [hf] extra)")
+transformers = pytest.importorskip("transformers", reason="compression needs transformers (the [hf] extra)")
 
 from weakspots.cli import main  # noqa: E402
 from weakspots.probe.compression import (  # noqa: E402

@@ -1,6 +1,6 @@
 """The masked softmax's backward in V4's attention step: three forms, timed in one run.
 
-`idealized.decoder.attention.masked_softmax` carries a hand-written backward. This times the
+`idealized.decoder.primitives.masked_softmax` carries a hand-written backward. This times the
 training step of `benchmarks.v4_vs_hf` (one CSA and one HCA layer, forward, backward,
 AdamW; same shapes and weights) with each form of the softmax's backward:
 
@@ -29,12 +29,12 @@ import numpy as np
 from flax import nnx
 
 from weakspots.benchmarks import v4_vs_hf
-from weakspots.idealized.decoder import attention, v4_attention
+from weakspots.idealized.decoder import primitives, v4_attention
 
 
 def autodiff_masked_softmax(scores, mask):
     """`masked_softmax`'s forward, differentiated by jax."""
-    return attention._masked_softmax_forward(scores, mask)[0]
+    return primitives._masked_softmax_forward(scores, mask)[0]
 
 
 @jax.custom_vjp
@@ -56,7 +56,7 @@ p_form_masked_softmax.defvjp(_p_forward, _p_backward)
 
 FORMS = {
     "autodiff": autodiff_masked_softmax,
-    "exact": attention.masked_softmax,
+    "exact": primitives.masked_softmax,
     "p_form": p_form_masked_softmax,
 }
 

@@ -215,7 +215,7 @@ def paired_entries(
 ) -> Bool[Array, "B T C"]:
     """`selected` with the entry before each selected one added where `seen`: entry c - 1
     is read whenever entry c is (with overlapping windows, both entries that pool window
-    c - 1 are then read together; `DecoderConfig.indexer_pairs`)."""
+    c - 1 are then read together; `V4Switches.indexer_pairs`)."""
     before = jnp.pad(selected[..., 1:], [(0, 0)] * (selected.ndim - 1) + [(0, 1)])
     return (selected | before) & (seen if seen.ndim == 3 else seen[None])
 

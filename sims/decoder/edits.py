@@ -26,7 +26,7 @@ switches a branch of one attention layer off, or puts a compressor in front of t
 * `V4PartOff(layer, part)`: a part of a DeepSeek-V4 layer switched off at inference (the
   indexer's top-k, also a compressed layer's; the sink; a csa/hca layer's local window);
 * `PairIndexer(layer)`: each entry the indexer keeps read with the entry before it, at
-  inference (`DecoderConfig.indexer_pairs`);
+  inference (`V4Switches.indexer_pairs`);
 * `PatchEntries(layer, windows)`: the layer's compressor wrapped in `PatchedEntries`, which
   copies the compressed entries of the marked windows from a source world on the same batch
   axis (activation patching, `sims.decoder.interventions.patch_entries`).
@@ -370,7 +370,7 @@ class V4PartOff(Edit):
 @dataclasses.dataclass(frozen=True)
 class PairIndexer(Edit):
     """The indexer's kept entries each read with the entry before it, at inference
-    (`DecoderConfig.indexer_pairs`: with overlapping windows, both entries that pool a window
+    (`V4Switches.indexer_pairs`: with overlapping windows, both entries that pool a window
     read together), the trained weights kept; for a layer with an indexer not paired in
     training."""
 

@@ -16,7 +16,7 @@ from flax import nnx
 
 from weakspots.cli import main
 from weakspots.idealized.decoder import attention
-from weakspots.idealized.decoder.config import DecoderConfig, LMConfig
+from weakspots.idealized.decoder.config import DecoderConfig, LMConfig, V4Switches
 from weakspots.idealized.decoder.model import Decoder, trace
 from weakspots.idealized.toy.config import ConfigError
 from weakspots.sims.decoder.edits import V4PartOff
@@ -213,7 +213,9 @@ def test_config_gives_compressed_layers_the_indexer():
     assert model.blocks[1].attention.indexer is not None
     assert not LMConfig(**{**TINY, "indexer_topk": 0}).indexed
     with pytest.raises(ConfigError, match="csa or compressed"):
-        DecoderConfig(vocab=20, layer_kinds=("compressed",), operator="none", indexer_topk=2)
+        DecoderConfig(
+            vocab=20, layer_kinds=("compressed",), operator="none", v4=V4Switches(indexer_topk=2)
+        )
     with pytest.raises(ConfigError, match="stagger"):
         LMConfig(**{**TINY, "operator": "softmax_pool", "stagger": True})
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from weakspots.idealized.decoder.config import LM_HYPER_FIELDS, DecoderConfig, LMConfig
+from weakspots.idealized.decoder.config import LM_HYPER_FIELDS, DecoderConfig, LMConfig, V4Switches
 from weakspots.idealized.decoder.model import Decoder, trace
 from weakspots.idealized.decoder.sow import capturing, sow
 from weakspots.idealized.decoder.v4_attention import IndexerStat
@@ -19,8 +19,8 @@ from weakspots.sims.decoder.train import LMHyper
 from weakspots.sims.toy.train import Hyper
 
 CONFIG = DecoderConfig(
-    vocab=12, layer_kinds=("csa",), d_model=16, heads=2, stride=4, hca_stride=8,
-    window=4, rope_dim=4, indexer_topk=2,
+    vocab=12, layer_kinds=("csa",), d_model=16, heads=2, stride=4, window=4, rope_dim=4,
+    v4=V4Switches(hca_stride=8, indexer_topk=2),
 )  # fmt: skip
 T = 24
 

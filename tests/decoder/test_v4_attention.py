@@ -20,6 +20,7 @@ from weakspots.idealized.decoder.config import (
     V4_DESIGN,
     DecoderConfig,
     LMConfig,
+    V4Switches,
     v4_layout,
 )
 from weakspots.idealized.decoder.model import Decoder
@@ -121,7 +122,7 @@ def test_per_head_kv_with_equal_heads_is_shared_kv(kind):
     )
 
 
-SWITCHES = {  # DecoderConfig field: (off, on), and what else the switch needs
+SWITCHES = {  # DecoderConfig or V4Switches field: (off, on), and what else the switch needs
     "indexer_topk": ((0, 2), {}),
     "shared_kv": ((False, True), {}),
     "sink": ((False, True), {}),
@@ -134,11 +135,14 @@ SWITCHES = {  # DecoderConfig field: (off, on), and what else the switch needs
 
 
 def decoder_config(**changes) -> DecoderConfig:
+    """A small decoder of V4's three kinds; `changes` of `V4Switches` fields go to its group."""
+    switches = {f.name for f in dataclasses.fields(V4Switches)}
+    v4 = V4Switches(**{"hca_stride": 8, **{k: v for k, v in changes.items() if k in switches}})
     base = dict(
-        vocab=12, layer_kinds=("swa", "csa", "hca"), d_model=D, heads=H, stride=4, hca_stride=8,
-        window=4, rope_dim=4,
+        vocab=12, layer_kinds=("swa", "csa", "hca"), d_model=D, heads=H, stride=4, window=4,
+        rope_dim=4,
     )  # fmt: skip
-    return DecoderConfig(**{**base, **changes})
+    return DecoderConfig(**base, **{k: v for k, v in changes.items() if k not in switches}, v4=v4)
 
 
 @pytest.mark.parametrize("name", list(SWITCHES))

@@ -7,7 +7,8 @@ entries, or both), the ratio and overlap of its compressed windows, the attentio
 scores (the FLOP count), which switches and edits apply to it (`v4`, `pooled_by_operator`,
 `indexer`, `has_local`), and how its attention module is built from a `DecoderConfig`
 (`attention`). The classes are never instantiated: every fact is a class attribute or a
-classmethod of the config (a `DecoderConfig` or an `LMConfig`: both carry the fields read).
+classmethod of the config (a `DecoderConfig` or an `LMConfig`: both carry the fields read,
+DeepSeek-V4's switches as the group `config.v4`).
 
 Final classes subclass `AbstractLayerKind`, one per file, and are listed in `registry.py`.
 """
@@ -56,7 +57,7 @@ class AbstractLayerKind(abc.ABC):
     indexer: ClassVar[bool] = False
     """Keeps its entries by the Lightning Indexer's top-k when `indexer_topk > 0`."""
     v4: ClassVar[bool] = False
-    """A DeepSeek-V4 layer (`V4Attention`): V4's switches (`V4_FIELDS`, the sink) apply."""
+    """A DeepSeek-V4 layer (`V4Attention`): V4's switches (`V4Switches`, the sink) apply."""
 
     @classmethod
     def reads_compressed(cls, config) -> bool:
@@ -98,7 +99,7 @@ class AbstractLayerKind(abc.ABC):
     @classmethod
     def indexed(cls, config) -> bool:
         """Its entries are kept by the indexer's top-k in this design."""
-        return cls.indexer and cls.reads_compressed(config) and config.indexer_topk > 0
+        return cls.indexer and cls.reads_compressed(config) and config.v4.indexer_topk > 0
 
     @classmethod
     def accepts_indexer(cls, config) -> bool:
@@ -149,9 +150,9 @@ def build_attention(
         rope_dim=config.rotary_dim,
         stagger=stagger,
         index_topk=topk,
-        index_heads=config.index_heads,
-        index_dim=config.index_dim,
-        index_pairs=config.indexer_pairs and topk > 0,
+        index_heads=config.v4.index_heads,
+        index_dim=config.v4.index_dim,
+        index_pairs=config.v4.indexer_pairs and topk > 0,
         rngs=rngs,
     )
 
@@ -160,7 +161,8 @@ def build_v4_attention(
     config: DecoderConfig, *, kind: str, ratio: int, window: int, theta: float, rngs: nnx.Rngs
 ) -> V4Attention:
     """DeepSeek-V4's attention (`V4Attention` of `kind` `sliding`, `csa` or `hca`) with the
-    config's switches."""
+    config's width and heads and its group of switches (`config.v4`)."""
+    v4 = config.v4
     return V4Attention(
         config.d_model,
         config.heads,
@@ -170,17 +172,17 @@ def build_v4_attention(
         local_window=window,
         rope_dim=config.rotary_dim,
         rope_theta=theta,
-        shared_kv=config.shared_kv,
-        qk_norm=config.qk_norm,
-        sink=config.sink,
-        index_topk=config.indexer_topk,
-        index_heads=config.index_heads,
-        index_dim=config.index_dim,
-        index_pairs=config.indexer_pairs,
-        q_rank=config.q_rank,
-        o_groups=config.o_groups,
-        o_rank=config.o_rank,
-        separate_values=config.separate_values,
+        shared_kv=v4.shared_kv,
+        qk_norm=v4.qk_norm,
+        sink=v4.sink,
+        index_topk=v4.indexer_topk,
+        index_heads=v4.index_heads,
+        index_dim=v4.index_dim,
+        index_pairs=v4.indexer_pairs,
+        q_rank=v4.q_rank,
+        o_groups=v4.o_groups,
+        o_rank=v4.o_rank,
+        separate_values=v4.separate_values,
         rngs=rngs,
     )
 
@@ -195,6 +197,6 @@ def build_v4_compressed(kind: type[AbstractLayerKind], config: DecoderConfig, *,
         kind="sliding" if dense else kind.name,
         ratio=kind.ratio(config),
         window=DENSE_WINDOW if dense else config.local_window,
-        theta=config.compress_rope_theta,
+        theta=config.v4.compress_rope_theta,
         rngs=rngs,
     )

@@ -41,6 +41,6 @@ class Compressed(AbstractLayerKind):
             compressor=compressor,
             local=config.local_window if compressing else 0,
             stagger=config.stagger,
-            topk=config.indexer_topk if compressing else 0,
+            topk=config.v4.indexer_topk if compressing else 0,
             rngs=rngs,
         )

@@ -26,10 +26,10 @@ class CSA(AbstractLayerKind):
     @classmethod
     def check(cls, config):
         # a compressed layer's indexer clips its RoPE to index_dim; V4's csa layer does not
-        if config.indexer_topk and config.index_dim < config.rotary_dim:
+        if config.v4.indexer_topk and config.v4.index_dim < config.rotary_dim:
             raise ConfigError(
                 "index_dim",
-                f"must be >= the RoPE channels ({config.rotary_dim}), got {config.index_dim}",
+                f"must be >= the RoPE channels ({config.rotary_dim}), got {config.v4.index_dim}",
             )
 
     @classmethod

@@ -18,7 +18,7 @@ class HCA(AbstractLayerKind):
 
     @classmethod
     def ratio(cls, config):
-        return config.hca_stride
+        return config.v4.hca_stride
 
     @classmethod
     def attention(cls, config, *, rngs):

@@ -96,10 +96,17 @@ def component_interventions(config: LMConfig) -> list[Edit]:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def first_query_correct(model: Decoder, batch: RecallBatch) -> jax.Array:
+def first_query_correct_from_model(model: Decoder, batch: RecallBatch) -> jax.Array:
     """Per sequence `(B,)`: every value token of the first query predicted (argmax) by `model`
-    reading the whole sequence (`sims.decoder.train.first_query_hits`)."""
+    (an edited decoder) reading the whole sequence (`sims.decoder.forward.first_query_hits`;
+    `forward.first_query_correct` scores a config's parameters, unedited, on the query
+    section alone)."""
     return first_query_hits(model(batch.tokens), batch.targets, batch.first_query)
+
+
+first_query_correct = first_query_correct_from_model
+"""The old name, kept while `sims.decoder.carry` imports it (issue 45 moves that driver);
+new code calls `first_query_correct_from_model`."""
 
 
 def evaluation_key(config: LMConfig, index):
@@ -127,7 +134,7 @@ def _world_outcomes(config: LMConfig, switches: tuple, worlds: nnx.State, starts
 
         def chunk(args):
             rows, i = args
-            return first_query_correct(
+            return first_query_correct_from_model(
                 model, placed_batch(evaluation_key(config, i), config.task, rows)
             )
 
@@ -156,7 +163,7 @@ def patched_outcomes(
             both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), clean, source)
             made = [edits.PatchEntries(layer, w) for layer, w in zip(layers, patch, strict=True)]
             model = apply_edits(merge(config.decoder, run_params), made)
-            correct = first_query_correct(model, both)
+            correct = first_query_correct_from_model(model, both)
             return correct[: rows.shape[0]], correct[rows.shape[0] :]
 
         patched, source = jax.lax.map(chunk, (starts, sources, windows, index))
@@ -535,7 +542,7 @@ __all__ = [
     "edited_parameters",
     "evaluation_key",
     "evaluation_rows",
-    "first_query_correct",
+    "first_query_correct_from_model",
     "offset_ensemble",
     "paired_drop",
     "patch_entries",

@@ -224,7 +224,7 @@ def test_shifted_log_probs_are_the_mean_over_chunkings_built_by_hand():
 @partial(jax.jit, static_argnums=(0, 1))
 def _correct(config, graph, state, starts, index):
     batch = placed_batch(iv.evaluation_key(config, index), config.task, starts)
-    return iv.first_query_correct(nnx.merge(graph, state), batch)
+    return iv.first_query_correct_from_model(nnx.merge(graph, state), batch)
 
 
 def _alone(config, state, intervention, rows):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
+
+import numpy as np
 
 from weakspots.idealized.decoder.config import V4_DESIGN, V4_FIELDS, LMConfig, with_design
 from weakspots.idealized.decoder.layers.registry import layer_kind_names
@@ -11,7 +14,7 @@ from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 
-from . import common, pretrain
+from . import common, lookup, pretrain, pretrain_mechanism
 
 _DEFAULT = LMConfig()
 
@@ -126,12 +129,8 @@ def register(subparsers) -> None:
     register_carry(verbs)
     register_prefetch(verbs)
     pretrain.register(verbs)
-    from . import lookup  # `weakspots lm lookup` (cli/lookup.py)
-
-    lookup.register(verbs)
-    from . import pretrain_mechanism  # `lm knockout`, `lm gates`, `lm cycle`
-
-    pretrain_mechanism.register(verbs)
+    lookup.register(verbs)  # `weakspots lm lookup` (cli/lookup.py)
+    pretrain_mechanism.register(verbs)  # `lm knockout`, `lm gates`, `lm cycle`
 
 
 def add_cache_flag(parser: argparse.ArgumentParser) -> None:
@@ -145,8 +144,6 @@ def add_cache_flag(parser: argparse.ArgumentParser) -> None:
 
 def trained_results(args: argparse.Namespace, base: LMConfig, seeds: list[int], title: str):
     """The runs of `base` at `seeds`: trained, or loaded from (and saved to) `--cache`."""
-    import pathlib
-
     directory = None
     if args.cache is not None:
         directory = pathlib.Path(args.cache).expanduser()
@@ -243,8 +240,6 @@ def run_train(args: argparse.Namespace) -> int:
     many = args.seeds is not None
     out = common.per_seed_report(base, seeds, summaries, many=many)
     if many:
-        import numpy as np
-
         out["pooled"] = phase_summary(base, np.stack([r.outcomes for r in results]))
         out["seed_spread"] = seed_spread([s["phase_accuracy"] for s in summaries])
     if args.json:
@@ -402,8 +397,6 @@ def run_ablate(args: argparse.Namespace) -> int:
 
 def ablate_text(base: LMConfig, report: dict) -> str:
     """The `lm ablate` report as text: phase accuracy, effect maps, components, patching, verdict."""
-    import numpy as np
-
     s = base.stride
     phases = [f"phi={p}" for p in range(s)]
     acc = report["phase_accuracy"]

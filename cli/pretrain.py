@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import pathlib
 
 from weakspots.idealized.pretrain.config import (
     ATTENTION_KINDS,
@@ -91,8 +92,6 @@ def pretrain_config(args: argparse.Namespace) -> PretrainConfig:
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    import pathlib
-
     config = pretrain_config(args)
     out = pathlib.Path(args.out).expanduser()
     if out.exists() and not out.is_dir():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import common
 from .lookup import checkpoint_dirs
@@ -183,8 +184,6 @@ def run_knockout(args: argparse.Namespace) -> int:
 
 
 def run_gates(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from weakspots.sims.pretrain import checkpoint, mechanism
 
     if args.rows < 1:

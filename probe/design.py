@@ -50,6 +50,7 @@ import numpy as np
 
 from weakspots.errors import ConfigError
 
+from .compression import Compression, register
 from .records import check_protocols, record_trials
 from .tokenizers import Tokenizer
 from .trial import Trial
@@ -236,15 +237,11 @@ class ProbeConfig:
         """`from_pretrained` arguments of the hf backend: the compressed attention, if asked."""
         if self.compress is None:
             return None
-        from .compression import register
-
         return {"attn_implementation": register(self.compression)}
 
     @property
     def compression(self):
         """The `compression.Compression` the compress fields name (None without `compress`)."""
-        from .compression import Compression
-
         if self.compress is None:
             return None
         return Compression(self.compress, self.window, self.compress_stride, self.local_window,

@@ -21,11 +21,14 @@ log-probability margin of the first candidate over the second per phase.
 from __future__ import annotations
 
 import time
+import urllib.error
 
 import numpy as np
 
 from weakspots.errors import UsageError
+from weakspots.sims.runs.progress import Progress
 
+from .backends import make_backend
 from .design import FILLER, ProbeConfig
 
 PERMUTATIONS = 2000
@@ -73,8 +76,6 @@ def hf_scores(backend, prompt, candidates) -> list[float]:
 
 def openai_scores(backend, prompt, candidates, retries: int = 5) -> list[float]:
     """The same from an OpenAI-compatible server: `echo` returns the prompt's log-probabilities."""
-    import urllib.error
-
     scores = []
     for c in candidates:
         body = {"model": backend.model_id, "prompt": list(prompt) + list(c), "max_tokens": 1,
@@ -159,10 +160,6 @@ def analyse(rows: list[dict], strides, k: int, seed: int = 0) -> dict:
 
 def flip(config: ProbeConfig, *, progress: bool = False) -> dict:
     """Run the flip task and return its report (`--json` of `weakspots probe --task flip`)."""
-    from weakspots.sims.runs.progress import Progress
-
-    from .backends import make_backend
-
     backend = make_backend(config)
     try:
         tokenizer = backend.tokenizer(config.tokenizer)

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import functools
 import json
+from importlib import resources
 
 import numpy as np
 
 from weakspots.errors import ConfigError
 
+from .compression import Compression
 from .tokenizers import Tokenizer
 from .trial import Trial
 
@@ -254,8 +256,6 @@ __all__ = [
 def deepseek_profiles() -> dict:
     """The paper's five DeepSeek profiles of this test (`data/deepseek_profiles.json`: per
     residue mod 8, `correct` of `n`, accuracy `acc` and its Wilson bounds `lo`, `hi`, in %)."""
-    from importlib import resources
-
     return json.loads(
         resources.files("weakspots.probe").joinpath("data/deepseek_profiles.json").read_text()
     )
@@ -264,8 +264,6 @@ def deepseek_profiles() -> dict:
 def check_protocols(config) -> None:
     """Refuse, before any model load or request, what the records and flip tasks and the
     compression fields cannot run (a `ConfigError` naming the flag)."""
-    from .compression import Compression
-
     object.__setattr__(config, "candidates", tuple(config.candidates))
     if config.compress is not None:
         if config.backend != "hf":

@@ -53,9 +53,10 @@ import optimistix as optx
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
+from .gain import gain_race, support_ladder
 from .reduced import centred_logits
 from .support import reentry_rate
-from .thresholds import specialization_time
+from .thresholds import growth_rate, specialization_time
 
 RACE_SETTLE = 4000.0  # one head: default horizon past t* (the race is decided well before)
 HEADS_SETTLE = 20000.0  # several heads: time past t* of the finite horizon (slow trading)
@@ -290,7 +291,6 @@ def support_size_law(
     horizon), closure (bool: the t = inf closure was applied). Where uniform pooling is
     stable, law is {s: 1}.
     """
-    from .thresholds import growth_rate
 
     s, h = int(stride), int(heads)
     if not float(growth_rate(s, chunks, gain, h, loss)) > 0.0:
@@ -345,8 +345,6 @@ def learned_gain_law(
     Returns a dict: law {k: P}, gain {k: final gain}, collapse {k: P} (the race's sizes),
     cut, blocks.
     """
-    from .gain import gain_race, support_ladder
-    from .thresholds import growth_rate
 
     s = int(stride)
     t_race, beta = gain_race(

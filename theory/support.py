@@ -46,6 +46,7 @@ import numpy as np
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 
+from .accuracy import delta_max, phase_accuracy_profile, psc
 from .finite_d import CHI_NODES, expected_loss_given_norm
 from .needle_mass import mse_curvature, mse_drive, sigma_n
 from .quadrature import chi_nodes_traced
@@ -226,7 +227,6 @@ def support_profile(stride, chunks, gain, dim, samples=256, seed=0):
     Uses the most probable k of predicted_support_size and theory.accuracy at dim d
     (inf allowed). Returns (accuracy (s,), delta_max, psc); phases sorted covered first.
     """
-    from .accuracy import delta_max, phase_accuracy_profile, psc
 
     sizes, probs, _ = predicted_support_size(stride, chunks, gain, samples, seed)
     k = int(sizes[np.argmax(probs)])

@@ -21,7 +21,9 @@ from weakspots import theory
 from weakspots.idealized.metrics import mean_interval
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+from weakspots.idealized.toy.model import initial_pooling_logits
 from weakspots.sims.experiments.canonical import CHUNKS, GAIN, STRIDE
+from weakspots.sims.toy.flow import finite_flow, solve, solve_many, stack
 from weakspots.theory.reduced import centred_logits
 
 # Trainer against the finite-d flow from the same start, max abs pooling weight over the
@@ -167,7 +169,6 @@ def decisive_seed(config: TrainConfig, support: int, margin: float, tries: int =
     must be at least margin, so the start, not minibatch or sample noise, decides the
     support (a property of the start, checked before any dynamics is run).
     """
-    from weakspots.idealized.toy.model import initial_pooling_logits
 
     for seed in range(config.seed, config.seed + tries):
         start = initial_pooling_logits(seed, config.heads, config.slots, config.init_scale)
@@ -198,7 +199,6 @@ def reentry_slopes(cases=REENTRY_CASES, dropped_weight=1e-4):
     for kappa > 0, 1/t decay for kappa < 0. The measured kappa is minus the slope of
     1/alpha_k over the first tenth of the run.
     """
-    from weakspots.sims.toy.flow import solve_many, stack
 
     logits0 = np.full((len(cases), 1, STRIDE), -40.0)
     for i, (_, k) in enumerate(cases):
@@ -230,7 +230,6 @@ def sgd_config(dim=256) -> TrainConfig:
 def flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=400.0, saves=41):
     """Finite-d flows at each d on sample `sample_seed`, from the trainer's init (init_scale
     0.3, seed `seed`). Returns (ts, pooling weights (D, T, H, s), start logits (1, H, s))."""
-    from weakspots.sims.toy.flow import finite_flow
 
     ts = np.linspace(0.0, t_end, saves)
     configs = [TrainConfig(dim=d, init_scale=0.3, seed=seed) for d in dims]
@@ -241,7 +240,6 @@ def flows_from_the_trainers_start(dims, samples, seed=0, sample_seed=0, t_end=40
 
 def reduced_weights(start, ts, dim=None):
     """Pooling weights (T, H, s) of the reduced flow from `start`: L_inf, or L_d at `dim`."""
-    from weakspots.sims.toy.flow import solve
 
     dim = None if dim is None else int(dim)
     config = FlowConfig(

@@ -7,6 +7,7 @@ import numpy as np
 
 from weakspots.sims.induction.flow import solve
 from weakspots.sims.induction.train import train_runs
+from weakspots.sims.toy.flow import FlowFailed
 
 BYTES_PER_RUN = 2**20  # the gates and their records: small beside any device
 
@@ -39,7 +40,6 @@ def execute_train(configs) -> list[tuple[dict, dict]]:
 
 def execute_flow(configs) -> list[tuple[dict, dict | None]]:
     """The flow of each config; a failed solve gives `{"failure": message}` and no trajectory."""
-    from weakspots.sims.toy.flow import FlowFailed
 
     out = []
     for c in configs:

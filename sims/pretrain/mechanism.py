@@ -37,8 +37,10 @@ from flax import nnx
 
 from weakspots.idealized import metrics
 from weakspots.idealized.induction import effective_offsets
+from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.attention import windows_of
 from weakspots.idealized.pretrain.config import PretrainConfig
+from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.pretrain import checkpoint, lookup, train
 
 Checkpoint = tuple[PretrainConfig, nnx.State]
@@ -274,9 +276,6 @@ def hurt_residues(result: dict) -> list[list[int]]:
 
 def corpus_tokens(batch: int = 8, length: int = 512, seed: int = train.VALIDATION_SEED):
     """`(batch, length)` int32 of held-out corpus text (the validation stream's first batch)."""
-    from weakspots.idealized.pretrain import corpus
-    from weakspots.idealized.pretrain.tokenizer import Tokenizer
-
     rows = next(iter(corpus.batches(Tokenizer.default(), seed, batch, length, start_step=0)))
     return np.asarray(rows[:, :length], np.int32)
 

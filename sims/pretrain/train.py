@@ -11,6 +11,7 @@ same data and ends with the same parameters, bit for bit, as one never interrupt
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -24,8 +25,10 @@ import optax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
+from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.config import PRETRAIN_HYPER_FIELDS, PretrainConfig
 from weakspots.idealized.pretrain.model import Backbone, train_flops_per_step
+from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.pretrain import checkpoint
 from weakspots.sims.runs.progress import Progress
 from weakspots.sims.schedule import warmup_cosine
@@ -67,9 +70,6 @@ class TrainState(eqx.Module):
 
 def corpus_batches(seed: int, batch: int, length: int, start_step: int) -> Iterator[np.ndarray]:
     """The project's corpus (`idealized.pretrain.corpus`) with its default tokenizer."""
-    from weakspots.idealized.pretrain import corpus
-    from weakspots.idealized.pretrain.tokenizer import Tokenizer
-
     return corpus.batches(Tokenizer.default(), seed, batch, length, start_step=start_step)
 
 
@@ -77,8 +77,6 @@ def resolve_vocab(config: PretrainConfig) -> PretrainConfig:
     """`vocab = 0` read as the default tokenizer's size."""
     if config.vocab:
         return config
-    from weakspots.idealized.pretrain.tokenizer import Tokenizer
-
     return config.replace(vocab=Tokenizer.default().vocab_size)
 
 
@@ -213,8 +211,6 @@ def _check_same_run(out_dir: Path, config: PretrainConfig) -> None:
 
 
 def _history_json(out_dir: Path) -> dict:
-    import json
-
     return json.loads((out_dir / checkpoint.HISTORY).read_text())
 
 

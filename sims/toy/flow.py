@@ -35,9 +35,22 @@ from weakspots.idealized import footprint
 from weakspots.idealized.mechanisms import model_module as _kind_module
 from weakspots.idealized.metrics import support_size
 from weakspots.idealized.precision import float64_module
-from weakspots.idealized.toy.config import FlowConfig
+from weakspots.idealized.toy.config import FlowConfig, TrainConfig
+from weakspots.idealized.toy.loss import objective
 from weakspots.idealized.toy.model import initial_pooling_logits
+from weakspots.idealized.toy.task import sample_batch
 from weakspots.idealized.xla import jit
+from weakspots.sims.toy.train import (
+    DTYPE,
+    History,
+    Hyper,
+    _to_host,
+    evaluate,
+    held_out_gram,
+    init,
+    replicate,
+    shard_runs,
+)
 from weakspots.theory.finite_d import finite_d_loss
 from weakspots.theory.footprint import footprint_loss
 from weakspots.theory.reduced import reduced_loss, specialization_order
@@ -477,7 +490,6 @@ def _solve_group(configs: Sequence[FlowConfig], per_run, mesh, rows: int):
     numpy history `(runs, T, ...)` (T the padded save count), failure codes `(runs,)`, and
     per run the indices of its own save times among the T.
     """
-    from weakspots.sims.toy.train import _to_host, replicate, shard_runs
 
     static = configs[0].static
     (y0, args, ts, *rest), picks = _group_inputs(configs, *per_run)
@@ -603,7 +615,6 @@ def finite_d_sample(config, samples, seed=0, dtype=jnp.float64):
     `samples // s` needles at each phase (exact balance: no phase is favoured by the draw),
     inner products only (`sample_batch(..., keys=False)`, exact in distribution). Returns a Batch.
     """
-    from weakspots.idealized.toy.task import sample_batch
 
     model_config = config.model
     per_phase = samples // model_config.stride
@@ -631,8 +642,6 @@ def _trainer_times(config):
 def _finite_solve(
     params0, weight_decay, batch, ts, *, config, rtol, atol, max_steps, batch_per_run
 ):
-    from weakspots.idealized.toy.loss import objective
-    from weakspots.sims.toy.train import DTYPE, Hyper, init
 
     hyper = jax.tree_util.tree_map(lambda x: x[0], Hyper.stack([config]))
     static = eqx.partition(init(config, hyper).model, eqx.is_inexact_array)[1]
@@ -693,8 +702,6 @@ def finite_flow(
     sample, phase_accuracy (T, s) on the trainer's held-out set (nan when accuracy=False).
     A failed solve (e.g. max_steps reached) comes back as nan.
     """
-    from weakspots.idealized.toy.config import TrainConfig
-    from weakspots.sims.toy.train import History, Hyper, evaluate, held_out_gram, init
 
     single = not isinstance(configs, list | tuple)
     configs = [configs] if single else list(configs)

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.experiments.experiment import Experiment, Row, Table, tree_digest
 from weakspots.sims.pretrain import lookup
 
@@ -206,8 +207,6 @@ PLANTED = (  # (config, phases missed): a control and two compressed designs, ti
 
 def planted(size: Size) -> dict:
     """Lookup reports of planted models on a small design (tiny: a pipeline test)."""
-    from weakspots.idealized.pretrain.tokenizer import Tokenizer
-
     vocab = Tokenizer.default().vocab_size
     designs = []
     for padding in lookup.PADDINGS:

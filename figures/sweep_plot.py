@@ -172,7 +172,7 @@ def plot_store(
     """
     if isinstance(source, pd.DataFrame):
         table = source
-    else:
+    else:  # the store (pyarrow) only for a store, not a table given
         from weakspots.sims.runs.store import load
 
         table = load(source)

@@ -601,6 +601,7 @@ def hf_framing(tokenizer: Tokenizer, bos: str, chat: bool, system: str | None):
 
 def load_decoder(path: str):
     """The `LMResult` stored in a checkpoint file of `sims.decoder.checkpoint` (UsageError if not one)."""
+    # jax and the decoder family only for this backend: the http backends run without them
     import numpy as np
 
     from weakspots.idealized.decoder.config import LMConfig

@@ -62,6 +62,7 @@ class Compression:
     weights: str | None = None
 
     def __post_init__(self):
+        # the registry imports jax: only a probe that compresses pays for it
         from weakspots.idealized.operators.registry import operator_names
 
         if self.stride is None:

@@ -460,6 +460,7 @@ def recall_trials(config: ProbeConfig, lm_config) -> list[Trial]:
     (the positions `sims.decoder.evaluate.phase_summary` counts), the other facts placed
     uniformly around it.
     """
+    # jax (the decoder family) only for a recall design: the http probes run without it
     from weakspots.idealized.decoder.recall import placed_starts, value_starts
     from weakspots.sims.decoder.evaluate import query_reach
 

@@ -293,6 +293,7 @@ def evaluate(logits_fn, prompts: list[Prompt], *, batch: int = 64) -> dict:
 def checkpoint_scorer(directory):
     """`(config, logits_fn)` of one seed's pretrained checkpoint (`sims.pretrain.checkpoint`);
     the function returns the last position's logits `(B, V)` alone, sliced on the device."""
+    # jax only to score checkpoints: the lookup's designs and reports read without it
     import jax
     import jax.numpy as jnp
     from flax import nnx

@@ -221,7 +221,7 @@ def _write(path: Path, obj) -> None:
 
 def machine() -> str:
     """The accelerator (or CPU) jax runs on, in words."""
-    import jax
+    import jax  # the designs as command lines need no jax; only this report does
 
     device = jax.devices()[0]
     return f"{device.platform}: {getattr(device, 'device_kind', '?')} (jax {jax.__version__})"

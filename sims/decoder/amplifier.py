@@ -98,7 +98,7 @@ COMPARED_WITH: dict[str, tuple[str, ...]] = {
 rows): the paired top-k design against the same top-k unpaired, and the top-k design
 against the base at half the budget (matched accuracy)."""
 
-DESIGNS: dict[str, dict] = {
+AMPLIFIER_DESIGNS: dict[str, dict] = {
     **ABLATIONS, **ADDITIONS, "with_topk_key_len2": dict(indexer_topk=8, key_len=2), **PAIRINGS,
     **TOPK_SIZES, **BUDGETS,
 }  # fmt: skip
@@ -197,7 +197,7 @@ SIZES: dict[str, dict] = {
 def design_config(size: str, arm: str, design: str, seq_len: int | None = None) -> LMConfig:
     """The `LMConfig` (seed 0) of `design` in `arm` at `size` (and context `seq_len`)."""
     spec = SIZES[size]
-    given = {**spec["config"], **ARMS[arm], **DESIGNS[design]}
+    given = {**spec["config"], **ARMS[arm], **AMPLIFIER_DESIGNS[design]}
     if size == "tiny":
         given.update(stride=4, hca_stride=4)  # tiny contexts: one small ratio for both arms
         if arm == "hca":

@@ -10,7 +10,7 @@ phase's upper bound: positive when the weak spot is beyond the intervals, seeds 
 clusters), the
 per-phase accuracy and each seed's `delta_max`.
 
-The named designs of `DESIGNS` (`v4`: DeepSeek-V4's attention, `idealized.decoder.config.with_design`
+The named designs of `FAMILY_DESIGNS` (`v4`: DeepSeek-V4's attention, `idealized.decoder.config.with_design`
 over the size's shared fields) join the family under `designs`, one row per (design,
 stride, context) alike: at `full` trained with the rest; at `tiny` and `quick` read from the
 recorded `weakspots lm train --design ...` report of `RECORDED` (its config checked against
@@ -47,7 +47,7 @@ SIZES: dict[str, dict] = {
 }  # fmt: skip
 """Per size: shared `LMConfig` fields, the grid, and the seeds of every cell."""
 
-DESIGNS = ("v4",)
+FAMILY_DESIGNS = ("v4",)
 """Named designs (`idealized.decoder.config.DESIGNS`) in the family beside the operators."""
 RECORDED = {"v4": ("family_v4_s4_T64.json", 4, 64)}
 """Per design, read at `tiny` and `quick`: its report in `sims/decoder/runs/` and the (stride,
@@ -78,11 +78,11 @@ def design_config(size: str, design: str, stride: int, seq_len: int) -> LMConfig
 
 
 def design_cells(size: str) -> list[tuple[str, int, int]]:
-    """Every (design, stride, seq_len) of `DESIGNS` the size trains (only `full`)."""
+    """Every (design, stride, seq_len) of `FAMILY_DESIGNS` the size trains (only `full`)."""
     spec = SIZES[size]
     if size != "full":
         return []
-    return [(d, s, T) for T in spec["seq_lens"] for d in DESIGNS for s in spec["strides"]]
+    return [(d, s, T) for T in spec["seq_lens"] for d in FAMILY_DESIGNS for s in spec["strides"]]
 
 
 def configs(size: str) -> list[LMConfig]:
@@ -155,5 +155,5 @@ def run(size: str, progress: Progress | None = None) -> dict:
              "source": "trained"}
         )  # fmt: skip
     if size != "full":
-        designs = [recorded_design(d) for d in DESIGNS]
+        designs = [recorded_design(d) for d in FAMILY_DESIGNS]
     return {"size": size, "rows": rows, "designs": designs}

@@ -77,7 +77,7 @@ def _mechanism(size: str) -> list[Group]:
         return []
     return [
         Group(f"mechanism:{name}", _seeded(study.config(name, size), study.seeds_of(size)))
-        for name in study.DESIGNS
+        for name in study.STUDY_DESIGNS
     ]
 
 

@@ -1,6 +1,6 @@
 """The decoder mechanism study: designs measured by every intervention, recorded or retrained.
 
-`DESIGNS` names the decoder designs of the mechanism table and of the toy-vs-decoder
+`STUDY_DESIGNS` names the decoder designs of the mechanism table and of the toy-vs-decoder
 comparison, each as the `LMConfig` fields of its `weakspots lm ablate` command. `report`
 measures one design as `weakspots lm ablate --json` does (`interventions.ablate_lm`, the
 attention margins, the evidence and verdict of `mechanism`, the noise floor of its
@@ -41,7 +41,7 @@ from weakspots.sims.runs.progress import Progress
 RECORDED = resources.files("weakspots.sims.decoder") / "runs"  # package data: ships in the wheel
 SEEDS = 2
 _RUN = dict(seq_len=128, pairs=4, d_model=64, steps=1000, eval_every=250)
-DESIGNS: dict[str, dict] = {
+STUDY_DESIGNS: dict[str, dict] = {
     "mean_s8": dict(_RUN, stride=8, operator="mean_pool", steps=1500),
     "softmax_s8": dict(_RUN, stride=8, operator="softmax_pool"),
     "dsv4_s8": dict(_RUN, stride=8, operator="deepseek_v4"),
@@ -71,7 +71,7 @@ TINY = dict(
 
 def config(name: str, size: str) -> LMConfig:
     """The `LMConfig` of design `name` at `size` (tiny: the design on a tiny decoder)."""
-    fields = DESIGNS[name]
+    fields = STUDY_DESIGNS[name]
     if size == "tiny":
         keep = {k: v for k, v in fields.items() if k in ("stride", "operator", "key_len")}
         fields = {**TINY, **keep, "weight_decay": fields.get("weight_decay", 0.0)}
@@ -155,7 +155,7 @@ def _same_config(recorded: dict, expected: LMConfig) -> bool:
 
 def recorded(name: str) -> dict:
     """The report of design `name` recorded in `sims/decoder/runs/ablate_<name>.json`, checked
-    against `DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
+    against `STUDY_DESIGNS` (a recording of another config is an error, not a silent mismatch)."""
     path = RECORDED / f"ablate_{name}.json"
     out = json.loads(path.read_text())
     design = config(name, "full")
@@ -212,7 +212,7 @@ TRAINED_MITIGATIONS: dict[str, tuple[str, dict]] = {
     "softmax_s8_entropy1": ("softmax_s8", dict(phase_entropy=1.0)),
     "dsv4_s8_overlap": ("dsv4_s8", dict(overlap=True)),
 }
-"""Trained mitigation -> (its base design in `DESIGNS`, the `LMConfig` fields it changes)."""
+"""Trained mitigation -> (its base design in `STUDY_DESIGNS`, the `LMConfig` fields it changes)."""
 
 
 def _phase_accuracy(config: LMConfig, outcomes: np.ndarray) -> dict:

@@ -1,6 +1,6 @@
 """The issue-50 sweep: pretrain each design at one size, score it by the lookup, record it.
 
-A design is a set of `PretrainConfig` fields (`DESIGNS`); a size the shared ones (`SIZES`).
+A design is a set of `PretrainConfig` fields (`PRETRAIN_DESIGNS`); a size the shared ones (`SIZES`).
 Every run is the command line's own: `weakspots lm pretrain` then `weakspots lm lookup` under
 both paddings, so a recording's commands are what produced its numbers. `python -m
 weakspots.sims.pretrain.sweep --size h200 --results DIR` runs the whole sweep on one machine
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from weakspots.idealized.pretrain.config import PretrainConfig
 
-DESIGNS: dict[str, dict] = {
+PRETRAIN_DESIGNS: dict[str, dict] = {
     "full_1kv": dict(attention="full", kv_heads=1),
     "full_8kv": dict(attention="full", kv_heads=8),
     "w8s8_1kv": dict(attention="compressed", window=8, stride=8, kv_heads=1),
@@ -39,7 +39,7 @@ DESIGNS: dict[str, dict] = {
 }
 """The paper's designs (PAPER.md §3) this sweep runs; every other field is the size's."""
 CONTROLS = {name: "full_8kv" if design["kv_heads"] == 8 else "full_1kv"
-            for name, design in DESIGNS.items()}  # fmt: skip
+            for name, design in PRETRAIN_DESIGNS.items()}  # fmt: skip
 """Each design's full-attention control: the same backbone, KV heads and token budget."""
 
 SIZES: dict[str, dict] = {
@@ -59,7 +59,7 @@ PADDINGS = ("prefix", "in-sequence")
 
 
 def config(design: str, size: str, steps: int) -> PretrainConfig:
-    return PretrainConfig(**{**SIZES[size], **DESIGNS[design], "steps": steps})
+    return PretrainConfig(**{**SIZES[size], **PRETRAIN_DESIGNS[design], "steps": steps})
 
 
 def pretrain_argv(design: str, size: str, steps: int, out: str) -> list[str]:
@@ -282,7 +282,7 @@ def _portable(report: dict) -> dict:
 def _largest_gap(recorded: dict) -> str | None:
     """The compressed design whose prefix-padding gap is largest among those beyond both
     intervals (else the largest gap)."""
-    compressed = [d for d in recorded if DESIGNS[d]["attention"] == "compressed"]
+    compressed = [d for d in recorded if PRETRAIN_DESIGNS[d]["attention"] == "compressed"]
     if not compressed:
         return None
     beyond = [d for d in compressed if recorded[d]["prefix"]["gap_beyond_intervals"]]
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m weakspots.sims.pretrain.sweep")
     verbs = parser.add_subparsers(dest="verb", required=True)
     one = verbs.add_parser("one", help="pretrain (and score) one design")
-    one.add_argument("design", choices=sorted(DESIGNS))
+    one.add_argument("design", choices=sorted(PRETRAIN_DESIGNS))
     one.add_argument("--size", choices=sorted(SIZES), default="h200")
     one.add_argument("--steps", type=int, required=True)
     one.add_argument("--work", required=True)
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     every.add_argument("--work", required=True)
     every.add_argument("--results", required=True)
     every.add_argument("--budget", type=float, default=480.0)
-    every.add_argument("--designs", default=",".join(DESIGNS))
+    every.add_argument("--designs", default=",".join(PRETRAIN_DESIGNS))
     every.add_argument("--memory-fraction", type=float, default=0.1)
     every.add_argument("--prompts", type=int, default=PAPER_PROMPTS)
     rec = verbs.add_parser("record", help="write the recordings from a sweep.json")
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.verb == "all":
         designs = args.designs.split(",")
-        unknown = sorted(set(designs) - set(DESIGNS))
+        unknown = sorted(set(designs) - set(PRETRAIN_DESIGNS))
         if unknown:
             parser.error(f"--designs: unknown {', '.join(unknown)}")
         summary = sweep(args.size, Path(args.work), Path(args.results), args.budget, designs,
@@ -336,4 +336,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["CONTROLS", "DESIGNS", "SIZES", "config", "record", "run_design", "sweep"]
+__all__ = ["CONTROLS", "PRETRAIN_DESIGNS", "SIZES", "config", "record", "run_design", "sweep"]

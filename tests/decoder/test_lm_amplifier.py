@@ -33,7 +33,7 @@ def test_each_design_keeps_v4s_proportions_and_its_command_rebuilds_its_config(s
             changed = {
                 f for f in LMConfig.__dataclass_fields__ if getattr(ref, f) != getattr(config, f)
             }
-            assert changed and changed <= set(amplifier.DESIGNS[design])  # one part off or on
+            assert changed and changed <= set(amplifier.AMPLIFIER_DESIGNS[design])  # one part off or on
 
 
 def test_the_add_arm_is_v4s_csa_layer_with_every_part_off_and_each_addition_is_v4s_value():

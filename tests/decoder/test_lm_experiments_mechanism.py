@@ -46,7 +46,7 @@ def test_per_channel_weights_average_to_per_phase():
 
 def test_a_recording_of_another_config_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(study, "RECORDED", tmp_path)
-    fields = {**study.DESIGNS["mean_s4"]}
+    fields = {**study.STUDY_DESIGNS["mean_s4"]}
     report = {
         "config": {**json.loads(json.dumps(study.config("mean_s4", "full").__dict__))},
         "phase_accuracy": [0.9, 0.8, 0.9, 0.9],

@@ -92,7 +92,7 @@ def test_recorded_trained_mitigations_match_their_configs(name):
 
 
 def test_recorded_base_designs_are_the_recorded_intact_reports():
-    """The base decoders of the trained mitigations are the cached decoders of `DESIGNS`; where
+    """The base decoders of the trained mitigations are the cached decoders of `sims.decoder.study.STUDY_DESIGNS`; where
     `lm ablate` recorded the design, its intact per-phase accuracy is the same numbers."""
     for name in ("mean_s8_stagger", "softmax_s8_stagger"):
         found = study.recorded_trained_mitigation(name)

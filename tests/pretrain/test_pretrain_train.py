@@ -85,7 +85,7 @@ def test_sweep_commands_parse_back_to_their_configs(size):
     from weakspots.sims.pretrain import sweep
 
     parser = build_parser(("lm",))
-    for design in sweep.DESIGNS:
+    for design in sweep.PRETRAIN_DESIGNS:
         argv = sweep.pretrain_argv(design, size, 300, "runs/x")
         assert pretrain_config(parser.parse_args(argv)) == sweep.config(design, size, 300)
 

@@ -8,7 +8,7 @@ phases counted at each stride) has no period-`s` structure: each of its cells is
 `delta_max` against 0 within its 95% noise floor (`sims.decoder.evaluate.seed_noise_floor`: seeds
 as clusters where a cell has several, the binomial floor of the evaluation for one).
 
-The named designs (`family.DESIGNS`: `v4`, DeepSeek-V4's attention; trained at full, read
+The named designs (`family.FAMILY_DESIGNS`: `v4`, DeepSeek-V4's attention; trained at full, read
 from their recorded report below it) ask an open question, not a check: does the design
 show a weak spot beyond its noise floor? Each of their cells is a finding row, held when
 its `delta_max` exceeds its 95% noise floor.

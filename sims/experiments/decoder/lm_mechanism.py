@@ -42,7 +42,7 @@ def run(size: str) -> dict:
     with per-seed accuracies (`study.rerecorded`), under `rerecorded`."""
     out = design_reports(MECHANISM_DESIGNS, size)
     if size == "quick":
-        again = {n: study.rerecorded(n) for n in study.DESIGNS}
+        again = {n: study.rerecorded(n) for n in study.STUDY_DESIGNS}
         out["rerecorded"] = {
             n: {k: r.get(k) for k in KEPT} for n, r in again.items() if r is not None
         }

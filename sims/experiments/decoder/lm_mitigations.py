@@ -8,7 +8,7 @@ mean of the single-chunking accuracies of the phases it is shifted to) is applie
 decoder's own intact per-phase accuracy, so the rows are fits.
 
 Stagger, overlap and phase entropy change the model or its training, so each is a variant
-of a design of `sims.decoder.study.DESIGNS` trained from scratch with the same seeds
+of a design of `sims.decoder.study.STUDY_DESIGNS` trained from scratch with the same seeds
 (`study.TRAINED_MITIGATIONS`) and evaluated by the intact designs' protocol. The toy's
 predictions: staggering relabels each head's phases, so with heads that do not share
 pooling weights the distribution of `delta_max` is unchanged (`theory.mitigations`):

@@ -31,7 +31,7 @@ from weakspots import theory
 from weakspots.idealized import metrics
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import count_params
-from weakspots.sims.decoder import mechanism
+from weakspots.sims.decoder import causal_study
 from weakspots.sims.decoder.checkpoint import trained
 from weakspots.sims.decoder.evaluate import phase_summary, report_noise_floor
 from weakspots.sims.decoder.interventions import ablate_lm, offset_ensemble
@@ -89,14 +89,14 @@ def report(
     """
     out = ablate_lm(config, params, patch=patch, progress=progress)
     out["config"] = config.asdict()
-    out["margins"] = mechanism.attention_margins(config, params)
+    out["margins"] = causal_study.attention_margins(config, params)
     return with_noise_floor_and_support(with_verdict(config, out))
 
 
 def with_verdict(config: LMConfig, out: dict) -> dict:
-    """`out` with the `evidence` of `sims.decoder.mechanism`, its `verdict` and `shown_by` added."""
-    found = mechanism.evidence(config, out)
-    out.update(evidence=found, verdict=mechanism.verdict(found), shown_by=mechanism.shown_by(found))
+    """`out` with the `evidence` of `sims.decoder.causal_study`, its `verdict` and `shown_by` added."""
+    found = causal_study.evidence(config, out)
+    out.update(evidence=found, verdict=causal_study.verdict(found), shown_by=causal_study.shown_by(found))
     return out
 
 

@@ -1,7 +1,7 @@
 """Which mechanism makes the weak spot in each decoder design, by causal intervention.
 
 Each design of `MECHANISM_DESIGNS` (`sims.decoder.study`) is measured by every intervention of
-`weakspots lm ablate` and judged by `sims.decoder.mechanism` (straddle, pooling specialisation,
+`weakspots lm ablate` and judged by `sims.decoder.causal_study` (straddle, pooling specialisation,
 RoPE anchoring; `none` without a weak spot beyond the intervals). The rows hold the
 toy's account against each design: the toy makes its weak spot from the pooling weights
 alone, so its prediction of the decoder's weak spot is `theory.phase_accuracy_heads` of the
@@ -167,7 +167,7 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         "column says; "
         "Wilson with outcomes pooled over seeds in older recordings), delta_max against its "
         "95% noise floor (the same), "
-        "straddling against same-window facts, and the mechanism `sims.decoder.mechanism` names "
+        "straddling against same-window facts, and the mechanism `sims.decoder.causal_study` names "
         "from the interventions (straddle: straddling facts below same-window ones and the "
         "worst phase a straddle phase; pooling specialisation: zeroing or rolling the learned "
         "position bias moves the weak spot; RoPE anchoring: removing RoPE from compressed keys "

@@ -1,4 +1,4 @@
-"""`sims.decoder.mechanism`: straddle phases by brute force, the verdict on reports whose answer is
+"""`sims.decoder.causal_study`: straddle phases by brute force, the verdict on reports whose answer is
 known by construction, and the attention margin of a decoder whose attention is uniform."""
 
 import jax
@@ -10,7 +10,7 @@ from flax import nnx
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.metrics import wilson_interval
-from weakspots.sims.decoder import mechanism
+from weakspots.sims.decoder import causal_study
 from weakspots.sims.decoder.evaluate import query_reach
 
 N = 4000  # samples per phase of the synthetic reports: intervals about +-0.01
@@ -30,7 +30,7 @@ def test_straddle_phases_are_those_where_every_fact_crosses_a_boundary(key_len, 
         starts = [w * stride + p - key_len for w in range(2, 6)]  # value at phase p
         if all(k // stride != (k + key_len + value_len - 1) // stride for k in starts):
             brute.append(p)
-    assert mechanism.straddle_phases(config) == brute
+    assert causal_study.straddle_phases(config) == brute
 
 
 def _ci(acc):
@@ -75,14 +75,14 @@ STRADDLE = LMConfig(operator="softmax_pool")  # key_len 1, value_len 1, s = 4: p
 
 def test_a_weak_straddle_phase_is_called_straddle():
     report = _report([0.80, 0.95, 0.95, 0.95], straddling=0.80, same_window=0.95)
-    found = mechanism.evidence(STRADDLE, report)
+    found = causal_study.evidence(STRADDLE, report)
     assert found["weak_spot"] and found["straddle"]["weak_spot_without_straddling"] is False
-    assert mechanism.verdict(found) == "straddle"
+    assert causal_study.verdict(found) == "straddle"
 
 
 def test_no_weak_spot_within_the_intervals_is_none():
     report = _report([0.950, 0.952, 0.949, 0.951], straddling=0.950, same_window=0.951)
-    assert mechanism.verdict(mechanism.evidence(STRADDLE, report)) == "none"
+    assert causal_study.verdict(causal_study.evidence(STRADDLE, report)) == "none"
 
 
 def test_a_bias_that_carries_the_weak_spot_is_pooling_specialisation():
@@ -95,19 +95,19 @@ def test_a_bias_that_carries_the_weak_spot_is_pooling_specialisation():
         roll=[0.95, 0.95, 0.95, 0.80],
         no_rope=[0.90, 0.90, 0.75, 0.90],
     )
-    found = mechanism.evidence(STRADDLE, report)
+    found = causal_study.evidence(STRADDLE, report)
     assert found["pooling"]["zero_bias_relieves_worst"]
     assert found["pooling"]["roll_moves_weak_spot"]
     assert not found["rope"]["passes"]
-    assert mechanism.verdict(found) == "pooling specialisation"
+    assert causal_study.verdict(found) == "pooling specialisation"
 
 
 def test_rope_relief_is_rope_anchoring_and_nothing_is_unexplained():
     acc = [0.95, 0.95, 0.80, 0.95]
     relieved = _report(acc, straddling=0.95, same_window=0.90, no_rope=[0.94, 0.94, 0.93, 0.94])
-    assert mechanism.verdict(mechanism.evidence(STRADDLE, relieved)) == "RoPE anchoring"
+    assert causal_study.verdict(causal_study.evidence(STRADDLE, relieved)) == "RoPE anchoring"
     worse = _report(acc, straddling=0.95, same_window=0.90, no_rope=[0.5, 0.5, 0.4, 0.5])
-    assert mechanism.verdict(mechanism.evidence(STRADDLE, worse)) == "unexplained"
+    assert causal_study.verdict(causal_study.evidence(STRADDLE, worse)) == "unexplained"
 
 
 def test_patch_restoration_is_read_at_worst_from_best():
@@ -120,7 +120,7 @@ def test_patch_restoration_is_read_at_worst_from_best():
     report = _report(
         [0.95, 0.94, 0.90, 0.80], straddling=0.95, same_window=0.88, patch=patch
     )  # worst 3, best 0
-    found = mechanism.evidence(STRADDLE, report)
+    found = causal_study.evidence(STRADDLE, report)
     assert found["patch"]["restored"] == 0.7 and found["patch"]["in_entries"]
 
 
@@ -136,7 +136,7 @@ def test_uniform_attention_has_zero_margin_and_mass_in_proportion_to_entries():
     leaves = [jnp.asarray(rng.standard_normal((1, *x.shape)), jnp.float32) for x in leaves]
     params = jax.tree.unflatten(treedef, leaves)
     params["blocks"][1]["attention"]["query"]["kernel"][...] = jnp.zeros((1, 16, 16), jnp.float32)
-    out = mechanism.attention_margins(config, params)
+    out = causal_study.attention_margins(config, params)
     np.testing.assert_allclose(out["margin"], 0.0, atol=1e-5)  # float32 logs of equal numbers
     visible = (config.task.context_len + config.task.key_len) // config.stride
     # a fact of two tokens touches one window, or two where it straddles (value phase 0)
@@ -144,8 +144,10 @@ def test_uniform_attention_has_zero_margin_and_mass_in_proportion_to_entries():
     np.testing.assert_allclose(out["mass"][0][0], expected, rtol=1e-5)
     assert query_reach(config) == 4
     # the entries one window on: as many (every far fact's next window is visible), as much
-    np.testing.assert_allclose(mechanism.entry_mass(config, params, 1)[0][0], expected, rtol=1e-5)
-    np.testing.assert_allclose(mechanism.entry_mass(config, params, 0), out["mass"], rtol=1e-6)
+    np.testing.assert_allclose(
+        causal_study.entry_mass(config, params, 1)[0][0], expected, rtol=1e-5
+    )
+    np.testing.assert_allclose(causal_study.entry_mass(config, params, 0), out["mass"], rtol=1e-6)
 
 
 def test_a_weak_spot_no_candidate_explains_but_patching_restores_is_located_in_the_entries():
@@ -155,4 +157,7 @@ def test_a_weak_spot_no_candidate_explains_but_patching_restores_is_located_in_t
              "restored": restored}  # fmt: skip
     acc = [0.95, 0.94, 0.90, 0.80]
     report = _report(acc, straddling=0.95, same_window=0.88, patch=patch)
-    assert mechanism.verdict(mechanism.evidence(STRADDLE, report)) == "unexplained, in the entries"
+    assert (
+        causal_study.verdict(causal_study.evidence(STRADDLE, report))
+        == "unexplained, in the entries"
+    )

@@ -73,7 +73,7 @@ from weakspots.sims.decoder.interventions import (
     Rows,
     evaluation_key,
     evaluation_rows,
-    first_query_correct,
+    first_query_correct_from_model,
     paired_drop,
     patched_outcomes,
     phase_drops,
@@ -165,7 +165,7 @@ def _edited_outcomes(
             made = [HideEntries(layer, m) for layer, m in zip(hide, marks, strict=True)]
             made += [CutLocalEdges(layer, span) for layer in cut]
             model = apply_edits(merge(config.decoder, run_params), made)
-            return first_query_correct(
+            return first_query_correct_from_model(
                 model, placed_batch(evaluation_key(config, i), config.task, rows)
             )
 

@@ -104,11 +104,6 @@ def first_query_correct_from_model(model: Decoder, batch: RecallBatch) -> jax.Ar
     return first_query_hits(model(batch.tokens), batch.targets, batch.first_query)
 
 
-first_query_correct = first_query_correct_from_model
-"""The old name, kept while `sims.decoder.carry` imports it (issue 45 moves that driver);
-new code calls `first_query_correct_from_model`."""
-
-
 def evaluation_key(config: LMConfig, index):
     """The PRNG key of chunk `index` of the evaluation set (drawn as `sims.decoder.evaluate` draws it)."""
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(config.eval_seed), 1), index)

@@ -20,7 +20,7 @@ program per model structure); with `--jobs 2` (the default on 2 CPUs) the experi
 are split into two groups along their shared SGD runs (`sims.experiments.job_groups`) and
 made in two processes at once, since tracing and XLA compilation keep only one core busy.
 Progress: one line per step on stderr, and the run's overall progress with an ETA that
-leaves compilation out (`sims.runs.progress.Progress`: a bar on a terminal, lines elsewhere).
+leaves compilation out (`sims.progress.Progress`: a bar on a terminal, lines elsewhere).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from weakspots.idealized.precision import float64  # noqa: E402
-from weakspots.sims.runs.progress import Progress  # noqa: E402
+from weakspots.sims.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 SHARED = "sgd_runs"  # the experiments' SGD runs, trained together before the experiments
@@ -365,7 +365,7 @@ def write_report(
 
 
 class StepRelay:
-    """Feeds the events of the processes making experiments into one `sims.runs.progress.Progress`.
+    """Feeds the events of the processes making experiments into one `sims.progress.Progress`.
 
     An event is {"message"} (printed) or {"done", "seconds", "compile_seconds"} (a step
     ended: a process's shared SGD training, or an experiment). A step that spent more than
@@ -523,7 +523,7 @@ def run_jobs(args, groups: list[list], relay: StepRelay) -> dict:
 
     Tracing and XLA compilation are single-threaded, so one process leaves the second core
     idle for much of a run; two processes keep both busy. They share the result store
-    (safe for concurrent writers, sims.runs.store) and the compilation cache, and report their
+    (safe for concurrent writers, sims.store) and the compilation cache, and report their
     progress through a file each, which this process reads while it waits.
     """
     out = Path(args.out)

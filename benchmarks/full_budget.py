@@ -1,6 +1,6 @@
 """What the amplifier study's `--full` grid costs to train, from measured step costs.
 
-`sims.decoder.amplifier.SIZES["full"]` trains every design of the CSA and HCA arms at three
+`sims.experiments.decoder.amplifier.study.SIZES["full"]` trains every design of the CSA and HCA arms at three
 contexts, 4 seeds of 4000 steps each, and the `csa_add`, `csa_add16`, `csa_add20` and
 `hca_add` arms at one context each, 4 seeds of 1000 steps. This measures, per (arm,
 context), the CPU seconds of one training step of one seed (a block of `--steps` steps and
@@ -24,7 +24,7 @@ import time
 
 from weakspots.benchmarks import lm_throughput
 from weakspots.idealized.precision import float64_module
-from weakspots.sims.decoder import amplifier
+from weakspots.sims.experiments.decoder.amplifier import study as amplifier
 
 
 def step_cost(config, steps: int) -> dict:

@@ -1,6 +1,6 @@
-"""On a GPU: `weakspots bench --json` and `paper_repro.py --full`, timed, into `docs/gpu/`.
+"""On a GPU: `weakspots bench --json` and `paper_repro.py --full`, timed, into `benchmarks/runs/gpu/`.
 
-    python -m weakspots.benchmarks.gpu [--out docs/gpu] [--skip-paper]
+    python -m weakspots.benchmarks.gpu [--out benchmarks/runs/gpu] [--skip-paper]
 
 Run it from the repository root of a machine whose jax sees a GPU (it refuses to run on
 a CPU, whose numbers would be filed as a GPU's). It writes `<out>/<device>.json`: the
@@ -90,7 +90,7 @@ def table(record: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "gpu")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "runs" / "gpu")
     parser.add_argument("--skip-paper", action="store_true", help="only the bench")
     args = parser.parse_args()
     device = device_description()

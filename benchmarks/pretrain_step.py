@@ -1,7 +1,7 @@
 """One pretraining step of the full-attention backbone, the project's against HF's Qwen3, in one run.
 
 A step is the forward pass, the backward pass and an AdamW update (global-norm clipping
-first) on one batch of next-token prediction, at the sweep's width (`sims.pretrain.sweep`,
+first) on one batch of next-token prediction, at the sweep's width (`sims.experiments.pretrain.sweep`,
 size `h200`: d 256, 4 layers, 8 query heads of 32, SwiGLU 768, the corpus's vocabulary):
 
 * `jax`: `sims.pretrain.train.step` jitted (one seed), from HF's weights;

@@ -15,7 +15,7 @@ import time
 import jax
 
 from weakspots.idealized.precision import float64_module
-from weakspots.sims.runs import sweep
+from weakspots.sims import sweep
 from weakspots.sims.toy.train import train
 
 

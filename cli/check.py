@@ -12,7 +12,7 @@ from weakspots.sims.experiments import (
     kind_counts,
     train_planned,
 )
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 
 from . import common
 

@@ -154,7 +154,7 @@ def trained_results(args: argparse.Namespace, base: LMConfig, seeds: list[int], 
                 f"--cache: cannot use {args.cache!r}: {error.strerror}"
             ) from None
     from weakspots.sims.decoder.checkpoint import trained
-    from weakspots.sims.runs.progress import Progress
+    from weakspots.sims.progress import Progress
 
     with Progress(title, "steps", enabled=common.progress_enabled(args)) as progress:
         return trained(
@@ -289,7 +289,7 @@ def _phase_block(title: str, s: dict) -> str:
     )
 
 
-# A budget that shows a weak spot (docs/lm_runs/README.md: each of its 4 seeds shows one).
+# A budget that shows a weak spot (docs/decoder_runs.md: each of its 4 seeds shows one).
 SHOWS_ONE = "weakspots lm train --stride 4 --pairs 8 --steps 2000 --eval-samples 64"
 
 
@@ -306,7 +306,7 @@ def _weak_spot_line(s: dict) -> str:
     )
     return (
         f"no weak spot beyond the noise floor at this budget{learning}; a run that shows one "
-        f"(docs/lm_runs): {SHOWS_ONE}"
+        f"(docs/decoder_runs.md): {SHOWS_ONE}"
     )
 
 
@@ -379,8 +379,8 @@ def run_ablate(args: argparse.Namespace) -> int:
             "swa, csa and hca (--design v4) are trained by lm train only"
         )
     seeds = common.seed_list(args)
-    from weakspots.sims.decoder import study
-    from weakspots.sims.runs.progress import Progress
+    from weakspots.sims.experiments.decoder.ablation import study
+    from weakspots.sims.progress import Progress
 
     enabled = common.progress_enabled(args)
     results = trained_results(args, base, seeds, "lm ablate: train")
@@ -510,7 +510,7 @@ def register_prefetch(verbs) -> None:
             "dealt by estimated cost and depend only on the size and the studies, so "
             "independent processes on a shared filesystem split the work; decoders already "
             "cached are not trained again. Then paper_repro.py --full with the same cache "
-            "only evaluates (sims.decoder.prefetch)."
+            "only evaluates (sims.experiments.decoder.prefetch)."
         ),
         epilog=common.examples(
             "weakspots lm prefetch --size full --dry-run",
@@ -540,8 +540,8 @@ def run_prefetch(args: argparse.Namespace) -> int:
     from weakspots.cli.sweep import share_of
 
     index, count = share_of(args, "lm prefetch")
-    from weakspots.sims.decoder import prefetch
-    from weakspots.sims.runs.progress import Progress
+    from weakspots.sims.experiments.decoder import prefetch
+    from weakspots.sims.progress import Progress
 
     every = prefetch.groups(args.size, args.studies)
     mine = prefetch.shares(every, count)[index]

@@ -98,7 +98,7 @@ def run_pretrain(args: argparse.Namespace) -> int:
         raise common.UsageError(f"--out: {args.out!r} is not a directory")
     from weakspots.sims.pretrain import checkpoint
     from weakspots.sims.pretrain.train import pretrain
-    from weakspots.sims.runs.progress import Progress
+    from weakspots.sims.progress import Progress
 
     with Progress("lm pretrain", "steps", enabled=common.progress_enabled(args)) as progress:
         try:

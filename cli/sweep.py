@@ -97,7 +97,7 @@ def parse_slice(text: str) -> tuple[int, int]:
 def share_of(args: argparse.Namespace, label: str) -> tuple[int, int]:
     """`(index, count)` from `--slice i/n`, else from the Slurm job array this task is in
     (said on stderr unless `--quiet`), else `(0, 1)`; a bad slice is a UsageError."""
-    from weakspots.sims.runs import sweep
+    from weakspots.sims import sweep
 
     try:
         share = parse_slice(args.slice) if args.slice is not None else sweep.slurm_array_slice()
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.memory_gb is not None and not (math.isfinite(args.memory_gb) and args.memory_gb > 0):
         raise common.UsageError(f"--memory-gb: must be a finite number > 0, got {args.memory_gb}")
     # Imported here: the spec is checked (and usage errors reported) before jax starts.
-    from weakspots.sims.runs import store, sweep
+    from weakspots.sims import store, sweep
 
     index, count = share_of(args, "sweep")
     try:
@@ -167,8 +167,8 @@ def _run_distributed(args, sweep, runs, timeout: float) -> int:
 def _run(args, sweep, runs, timeout: float) -> int:
     import jax
 
-    from weakspots.sims.runs import store
-    from weakspots.sims.runs.progress import Progress
+    from weakspots.sims import store
+    from weakspots.sims.progress import Progress
 
     mesh = sweep.run_mesh()
     try:
@@ -215,7 +215,7 @@ def dry_run_report(runs, store_dir=None) -> str:
     named by those of them it holds fixed. With `store_dir` (`--resume`), stored runs
     are counted and marked.
     """
-    from weakspots.sims.runs import store
+    from weakspots.sims import store
 
     stored = store.completed_hashes(store_dir) if store_dir is not None else set()
     rows = [r.row for r in runs]

@@ -4,7 +4,7 @@ flows and SGD."""
 import numpy as np
 
 from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
-from weakspots.sims.experiments.induction.runs import wilson
+from weakspots.sims.experiments.induction.shared import wilson
 
 CAPTION = (
     "Probability that m heads end on k distinct positions (of S-1), from rho-small starts: "

@@ -3,7 +3,7 @@
 import numpy as np
 
 from weakspots.figures.style import COLORS, THEORY, figure, legend_below, letter_panels
-from weakspots.sims.experiments.induction.runs import FLOW
+from weakspots.sims.experiments.induction.shared import FLOW
 
 CAPTION = (
     "Top-1 accuracy of the successor per query position r* (over all N tokens) at the end of "

@@ -8,7 +8,7 @@ from weakspots.figures.style import COLORS, SGD, figure, legend_below, letter_pa
 
 CAPTION = (
     "Top: accuracy by the queried value's phase (facts beyond the query's reach, two seeds pooled; 95% intervals with the seeds as clusters, or Wilson with outcomes pooled in recordings without per-seed accuracies) of each decoder design intact and after the component interventions of `weakspots lm ablate`; dashed: the weak phase's compressed entries patched from a world where the fact sits at the best phase. Bottom: accuracy drop per layer x head x phase when one head is ablated.",
-    "The title names the mechanism the interventions support (sims.decoder.causal_study: straddle, pooling specialisation, RoPE anchoring, or none/unexplained) and the measurements behind it are the row's config in the agreement table.",
+    "The title names the mechanism the interventions support (sims.experiments.decoder.ablation.causal_study: straddle, pooling specialisation, RoPE anchoring, or none/unexplained) and the measurements behind it are the row's config in the agreement table.",
 )
 
 LINES = (  # component kinds drawn, in this order

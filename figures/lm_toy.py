@@ -3,8 +3,8 @@
 import numpy as np
 
 from weakspots.figures.style import COLORS, SGD, THEORY, figure, legend_below, letter_panels
-from weakspots.sims.experiments.decoder.lm_mechanism import chunks, compressed_weights
-from weakspots.sims.experiments.decoder.lm_toy import STRIDE_PAIRS, measured_support
+from weakspots.sims.experiments.decoder.ablation.lm_mechanism import chunks, compressed_weights
+from weakspots.sims.experiments.decoder.ablation.lm_toy import STRIDE_PAIRS, measured_support
 
 CAPTION = (
     "(a) delta_max of fixed mean pooling against the chunk count N at stride 8 (the toy predicts none at any N; grey: 95% noise floor); (b) delta_max against stride at T = 128 with 4 and with 8 facts P (bars: 95% noise floor; the field's claim: larger stride, larger weak spot); (c) support size of the learned softmax pooling (phases above 1/(2s), mean over heads and seeds) against the toy's d = inf flow at the decoder's effective gain, with and without weight decay; (d) the learned pooling weights per head.",

@@ -4,7 +4,7 @@
     fig = plot_store("results/tiny", x="phase", y="phase_accuracy", hue="chunks")
     fig = plot_store("results/tiny", x="gain", y="phase_accuracy[0]")
 
-Columns are those of `sims.runs.store.load`. A list column (one list per run, such as
+Columns are those of `sims.store.load`. A list column (one list per run, such as
 `phase_accuracy` or the per-head `support_size`) is read either one entry at a time
 (`phase_accuracy[3]`) or whole, in long form (`long_table`): one row per entry, its
 position in a new column (`phase` for per-phase lists, `head` for per-head ones), which
@@ -161,7 +161,7 @@ def plot_store(
     """Plot `y` against `x` for the runs of a result store, one line per value of `hue`.
 
     Arguments:
-        source: a store directory (`sims.runs.store.load`) or the table it gives.
+        source: a store directory (`sims.store.load`) or the table it gives.
         x, y, hue: column names; `name[k]` for entry k of a list column; a list column
             whole is expanded (`resolve`) and its position (`phase`, `head`) is a column.
         where: keep only runs whose column equals the value (`{"stride": 8}`).
@@ -173,7 +173,7 @@ def plot_store(
     if isinstance(source, pd.DataFrame):
         table = source
     else:  # the store (pyarrow) only for a store, not a table given
-        from weakspots.sims.runs.store import load
+        from weakspots.sims.store import load
 
         table = load(source)
     for key, value in (where or {}).items():

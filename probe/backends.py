@@ -606,7 +606,7 @@ def load_decoder(path: str):
 
     from weakspots.idealized.decoder.config import LMConfig
     from weakspots.sims.decoder import checkpoint
-    from weakspots.sims.runs.store import config_hash
+    from weakspots.sims.store import config_hash
 
     file = pathlib.Path(path).expanduser()
     try:
@@ -640,7 +640,7 @@ class DecoderBackend(Backend):
         from flax import nnx
 
         from weakspots.sims.decoder.train import merge
-        from weakspots.sims.runs.store import config_hash
+        from weakspots.sims.store import config_hash
 
         result = load_decoder(path)
         self.config = result.config

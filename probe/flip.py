@@ -26,7 +26,7 @@ import urllib.error
 import numpy as np
 
 from weakspots.errors import UsageError
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 
 from .backends import make_backend
 from .design import FILLER, ProbeConfig

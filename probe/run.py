@@ -1,8 +1,8 @@
 """Running a probe the way a long evaluation must: keyed, stored, resumable, retried.
 
-Each trial's key is `sims.runs.store.config_hash` of the model's identity (backend, model),
+Each trial's key is `sims.store.config_hash` of the model's identity (backend, model),
 the tokenizer, the task, the seed, the design period, the trial's coordinates and the
-sha256 of its prompt ids. With a store, every answer is a row of `sims.runs.store`
+sha256 of its prompt ids. With a store, every answer is a row of `sims.store`
 (`write_run`: written to a temporary file, fsynced, renamed), written by the worker
 that asked before that worker sends its next request, so a SIGKILL loses at most the
 requests in flight, and `weakspots.load(store)` reads the trials back as a table.
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from weakspots.errors import ConfigError, UsageError
-from weakspots.sims.runs import store as result_store
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims import store as result_store
+from weakspots.sims.progress import Progress
 
 from .backends import (
     Backend,

@@ -179,7 +179,10 @@ LAYERS = (
     ("weakspots.validation",),
     ("weakspots.idealized",),
     ("weakspots.theory",),
-    ("weakspots.sims",),
+    ("weakspots.sims.store", "weakspots.sims.progress", "weakspots.sims.schedule"),
+    ("weakspots.sims.toy", "weakspots.sims.decoder", "weakspots.sims.induction",
+     "weakspots.sims.pretrain"),  # the families, and their engines
+    ("weakspots.sims.sweep", "weakspots.sims.experiments"),  # above every family
     ("weakspots.interop", "weakspots.probe", "weakspots.figures", "weakspots.benchmarks",
      "weakspots.examples"),
     (CLI,),
@@ -204,6 +207,42 @@ def test_every_import_points_down_the_layers():
         and _layer(target) > _layer(module)
     )
     assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+STUDIES = "weakspots.sims.experiments.decoder"
+
+
+def _study(name: str) -> str | None:
+    """The decoder study package `name` belongs to (`...decoder.<study>`), or None."""
+    parts = name.split(".")
+    prefix = STUDIES.split(".")
+    if parts[: len(prefix)] != prefix or len(parts) < len(prefix) + 2:
+        return None  # the family's own modules (prefetch, above the studies) and __init__
+    return ".".join(parts[: len(prefix) + 1])
+
+
+def test_a_decoder_study_imports_no_other_study():
+    """A study's store key digests its own package (`Experiment.study`), so the code its
+    experiments run beyond the engine must lie in that package: no study imports another."""
+    edges = graph()
+    studies = {_study(m) for m in edges} - {None}
+    assert len(studies) >= 5, studies
+    across = sorted(
+        f"{module} -> {target}"
+        for module, targets in edges.items()
+        for target in targets
+        if _study(module) and _study(target) and _study(module) != _study(target)
+    )
+    assert not across, "a study imports another:\n" + "\n".join(across)
+
+
+def test_every_experiment_of_a_decoder_study_is_keyed_by_its_own_package():
+    from weakspots.sims.experiments import EXPERIMENTS
+
+    for e in EXPERIMENTS:
+        if e.name.startswith("lm_"):
+            assert e.study is not None and e.study.startswith(STUDIES + "."), e.name
+            assert _study(e.study + ".x") == e.study, e.name
 
 
 def test_no_import_cycle():

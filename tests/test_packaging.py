@@ -152,8 +152,10 @@ def test_wheel_holds_every_module_under_weakspots(wheel):
     assert "weakspots/sims/experiments/__init__.py" in expected  # the walk sees subpackages
     assert not expected - modules, f"missing from the wheel: {sorted(expected - modules)}"
     assert not modules - expected, f"in the wheel, not in the source: {sorted(modules - expected)}"
-    # and the files read at run time: the recorded decoder runs and the example specs
-    data = {f"weakspots/sims/decoder/runs/{p.name}" for p in (ROOT / "sims/decoder/runs").glob("*.json")}
+    # and the files read at run time: every study's recorded runs and the example specs
+    data = {
+        f"weakspots/{p.relative_to(ROOT)}" for p in (ROOT / "sims/experiments").glob("**/runs/*.json")
+    }
     data |= {f"weakspots/examples/{p.name}" for p in (ROOT / "examples").glob("*.toml")}
     assert len(data) > 10 and not data - code, f"missing from the wheel: {sorted(data - code)}"
 
@@ -179,7 +181,7 @@ def test_source_checkout_is_not_shadowed_by_user_packages(tmp_path):
 
 
 # The cheapest `weakspots check --quick` that reads every kind of package data: the decoder
-# experiments read the recorded runs (sims/decoder/runs/), readout_exact trains and integrates.
+# experiments read their studies' recorded runs (sims/experiments/decoder/*/runs/), readout_exact trains and integrates.
 CHECK = ["check", "--quick", "--only", "lm_mechanism", "lm_mitigations", "readout_exact"]
 
 
@@ -200,7 +202,7 @@ def test_wheel_in_a_fresh_venv_runs_check_and_the_readme(wheel, tmp_path):
     user = tmp_path / "user"
     user.mkdir()
     where = subprocess.run(
-        [python, "-c", "import weakspots.sims.decoder.study as s; print(s.RECORDED)"],
+        [python, "-c", "import weakspots.sims.experiments.decoder.ablation.study as s; print(s.RECORDED)"],
         cwd=user, env=env, capture_output=True, text=True,
     )  # fmt: skip
     assert where.returncode == 0, where.stderr[-3000:]

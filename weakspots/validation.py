@@ -53,7 +53,7 @@ def canonical_numbers(config, floats: tuple[str, ...], ints: tuple[str, ...] = (
     """Give float fields float values (`16` -> `16.0`, `-0.0` -> `0.0`) and integer fields
     plain ints (`numpy.int64(3)` -> `3`), before validation.
 
-    A config is hashed by its values' JSON (`sims.runs.store.config_hash`), so one logical run
+    A config is hashed by its values' JSON (`sims.store.config_hash`), so one logical run
     must have one spelling: an integer for a float field, or a negative zero, would store
     it twice.
     """

@@ -50,6 +50,7 @@ intervals of each drop (`interventions.phase_drops`) and the seeds as clusters f
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import jax
@@ -61,6 +62,7 @@ from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.decoder.model import trace
 from weakspots.idealized.decoder.recall import placed_batch
+from weakspots.sims.decoder.checkpoint import trained
 from weakspots.sims.decoder.edits import (
     CutLocalEdges,
     HideEntries,
@@ -79,8 +81,8 @@ from weakspots.sims.decoder.interventions import (
     phase_drops,
     switched_outcomes,
 )
-from weakspots.sims.decoder.study import stacked_params
-from weakspots.sims.decoder.train import jit, merge
+from weakspots.sims.decoder.train import jit, merge, stacked_params
+from weakspots.sims.progress import Progress
 
 TESTS = (
     "intact", "hide_direct", "hide_direct_current", "hide_direct_previous", "hide_next1",
@@ -379,3 +381,26 @@ def report(config: LMConfig, results) -> dict:
         "pooling_weights": weights,
         **carry_tests(config, params),
     }
+
+
+def command(config: LMConfig, seeds: int, verb: str = "carry") -> str:
+    """The `weakspots lm <verb>` line that trains `config` at seeds `0 .. seeds-1` (every field
+    that differs from `LMConfig`'s default spelled out, no `--design`)."""
+    default = LMConfig()
+    flags = []
+    for field in dataclasses.fields(LMConfig):
+        value, base = getattr(config, field.name), getattr(default, field.name)
+        if field.name == "seed" or value == base:
+            continue
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        else:
+            flags.append(f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return f"weakspots lm {verb} {' '.join(flags)} --seeds {seeds} --json --quiet"
+
+
+def measure(config: LMConfig, seeds: int, progress: Progress | None = None) -> dict:
+    """Train (or load from the cache) `config` at `seeds` seeds and report it (`carry.report`)."""
+    results = trained([config.replace(seed=s) for s in range(seeds)], progress=progress)
+    return report(config, results)

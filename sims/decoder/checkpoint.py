@@ -1,6 +1,6 @@
 """Trained decoders kept on disk by config, so interventions and figures need not retrain them.
 
-A checkpoint is one `.npz` file per `LMConfig` (its content hash, `sims.runs.store.config_hash`):
+A checkpoint is one `.npz` file per `LMConfig` (its content hash, `sims.store.config_hash`):
 the parameter state's leaves by path, the per-step training loss, the held-out history and
 the final evaluation outcomes, with the config as JSON beside them. `trained(configs)`
 loads what is there and trains the rest with `sims.decoder.train.train_many` (one compile per
@@ -29,8 +29,8 @@ from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.sims.decoder.evaluate import EVALUATION, evaluate_many
 from weakspots.sims.decoder.train import LMHistory, LMResult, train_many
-from weakspots.sims.runs.progress import Progress
-from weakspots.sims.runs.store import config_hash
+from weakspots.sims.progress import Progress
+from weakspots.sims.store import config_hash
 
 DEFAULT = pathlib.Path("~/.cache/weakspots/lm")
 _HISTORY = ("steps", "loss", "eval_loss", "eval_accuracy")

@@ -18,7 +18,7 @@ the seeds' differences and Tukey's noise floor over the seeds, `metrics.cluster_
 Facts in the last `query_reach` tokens of the context are within the uncompressed
 (sliding or local) window of the first query, so the query can read them without the
 compressed entries. Trained decoders answer those differently (less well, in the runs of
-`sims/decoder/runs/`), and their share differs between phases, so the phase statistics count
+`sims/experiments/decoder/position/runs/`), and their share differs between phases, so the phase statistics count
 only the facts beyond that reach; the near ones are reported on their own (`near_query`)
 and in `position_accuracy`. Compressed design and dense control share the rule (it
 depends on the layout and windows, not on the operator).

@@ -53,7 +53,7 @@ from weakspots.sims.decoder.evaluate import (
     value_starts,
 )
 from weakspots.sims.decoder.train import first_query_hits, graphdef, jit, merge
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 
 
 def edited_parameters(config: LMConfig, params: nnx.State, edit: Edit | None) -> nnx.State:

@@ -1,4 +1,4 @@
-"""Decoder runs in a sweep (`kind = "lm"` in `sims.runs.sweep`): one batch trained, evaluated, summarised."""
+"""Decoder runs in a sweep (`kind = "lm"` in `sims.sweep`): one batch trained, evaluated, summarised."""
 
 from __future__ import annotations
 

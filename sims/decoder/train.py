@@ -42,7 +42,7 @@ from weakspots.sims.decoder.forward import (
     query_logits,
     query_part,
 )
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 from weakspots.sims.schedule import warmup_cosine
 from weakspots.sims.toy.train import TrainingDiverged, stack_hyper
 
@@ -250,7 +250,7 @@ def run_batch(
 
     Returns the stacked history `(R, E)`, the stacked final parameter states and the
     per-step training loss `(R, steps)` as numpy. Raises `TrainingDiverged` at the first
-    block in which some run's loss is not finite. `progress` (`sims.runs.progress.Progress`)
+    block in which some run's loss is not finite. `progress` (`sims.progress.Progress`)
     gets the steps of each block, the first marked as carrying the compile.
     `stop_on_divergence=False` trains every run to the end instead of raising.
     """
@@ -414,3 +414,8 @@ __all__ = [
 # the decoder computes in float32 by explicit dtypes, but jax's integer defaults follow
 # the setting, and a library call must give the recorded runs' numbers bit for bit.
 run_batch, train_many, train = float64(run_batch), float64(train_many), float64(train)
+
+
+def stacked_params(runs) -> object:
+    """The runs' parameter states stacked along a leading run axis."""
+    return jax.tree.map(lambda *xs: jax.numpy.stack(xs), *[r.params for r in runs])

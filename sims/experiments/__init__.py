@@ -23,17 +23,11 @@ log alpha| (`measure.order_parameter`); a phase is covered when its pooling weig
 
 from __future__ import annotations
 
-from weakspots.sims.experiments.decoder import (
-    lm_amplifier,
-    lm_amplifier_profile,
-    lm_family,
-    lm_footprint,
-    lm_mechanism,
-    lm_mitigations,
-    lm_position,
-    lm_selection,
-    lm_toy,
-)
+from weakspots.sims.experiments.decoder.ablation import lm_mechanism, lm_mitigations, lm_toy
+from weakspots.sims.experiments.decoder.amplifier import lm_amplifier, lm_amplifier_profile
+from weakspots.sims.experiments.decoder.family import lm_family
+from weakspots.sims.experiments.decoder.footprint import lm_footprint, lm_selection
+from weakspots.sims.experiments.decoder.position import lm_position
 from weakspots.sims.experiments.experiment import (
     KINDS,
     SIZE_NAMES,

@@ -11,10 +11,11 @@ record at one of `SIZE_NAMES` (`experiment.size_of("quick")`):
 `results` and `predictions` are plain JSON-able data, so the result store keeps them and
 `figures/` only reads them. `evaluate(experiment, "quick", store_dir)` runs the three in
 order and memoises the first two in the store, keyed by (experiment name, version, size
-name and its settings): bump `version` when an experiment's output changes meaning. A
-decoder experiment's size is only a name (`sizes_by_name`; its settings, designs and
-recorded reports live in `sims.decoder`), so its key also holds `decoder_inputs()`, a
-digest of that package: a new design or recording is evaluated, not read stale.
+name and its settings): bump `version` when an experiment's output changes meaning. An
+experiment that belongs to a study (`study`: the package holding its driver, its designs and
+its recorded runs in `runs/`, as every decoder study does) also has that package's digest in
+its key (`study_inputs`), so a changed design or a new recording is evaluated, not read
+stale, while an edit to another study leaves its results stored.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from weakspots.idealized.precision import float64
 from weakspots.idealized.toy.config import TrainConfig
-from weakspots.sims.runs import store
+from weakspots.sims import store
 
 Kind = Literal["prediction", "consistency", "fit"]
 KINDS: tuple[Kind, ...] = ("prediction", "consistency", "fit")
@@ -134,8 +135,8 @@ def same_at_every_size():
 
 
 def sizes_by_name():
-    """`SIZES` of an experiment whose drivers take a size by its name (the decoder drivers
-    of `sims.decoder`, each with its own settings at `SIZE_NAMES`): each record is its name."""
+    """`SIZES` of an experiment whose study driver takes a size by its name (the decoder
+    studies, each with its own settings at `SIZE_NAMES`): each record is its name."""
     return {name: name for name in SIZE_NAMES}
 
 
@@ -167,7 +168,10 @@ class Experiment:
     version: bump it when the output changes meaning (stored results are then
     recomputed). drawn: whether `figures/` draws it (sims never imports matplotlib, so
     the drawing is found by name there). tables(results, predictions) -> list[Table]:
-    tables for the report beside the rows (None: none).
+    tables for the report beside the rows (None: none). study: the dotted package of the
+    experiment's study (its driver, designs and recorded `runs/`; `__package__` in the
+    experiment's module), whose digest joins the store key; required where a size is only a
+    name (`sizes_by_name`), since then the settings live in the study, not in the key.
     """
 
     name: str
@@ -180,6 +184,7 @@ class Experiment:
     configs: Callable[[Any], Sequence[TrainConfig]] = no_sgd_runs
     drawn: bool = False
     tables: Callable[[dict, dict], list[Table]] | None = None
+    study: str | None = None
 
     def __post_init__(self):
         for part in ("run", "predict", "rows", "tables"):  # float64 as the theory needs
@@ -187,6 +192,11 @@ class Experiment:
                 object.__setattr__(self, part, float64(getattr(self, part)))
         if set(self.sizes) != set(SIZE_NAMES):
             raise ValueError(f"{self.name}: sizes must be {SIZE_NAMES}, got {tuple(self.sizes)}")
+        if self.study is None and any(isinstance(r, str) for r in self.sizes.values()):
+            raise ValueError(
+                f"{self.name}: a size given only by its name needs `study` (the package whose "
+                "designs and recordings it reads), or its store key would miss them"
+            )
 
     def size_of(self, name: str):
         """This experiment's own settings at size `name` (one of `SIZE_NAMES`)."""
@@ -230,10 +240,10 @@ def tree_digest(root: Traversable, suffixes=(".py", ".json")) -> str:
 
 
 @functools.cache
-def decoder_inputs() -> str:
-    """`tree_digest` of `sims.decoder` (its drivers, designs and recorded reports in
-    `runs/`), computed once per process."""
-    return tree_digest(resources.files("weakspots.sims.decoder"))
+def study_inputs(package: str) -> str:
+    """`tree_digest` of a study's package (its code, designs and recorded reports in `runs/`),
+    computed once per process."""
+    return tree_digest(resources.files(package))
 
 
 def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
@@ -246,8 +256,8 @@ def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
         "size": size,
         "settings": json.dumps(jsonable(settings), sort_keys=True),
     }
-    if isinstance(record, str):  # a decoder driver's size name (`sizes_by_name`)
-        key["inputs"] = decoder_inputs()
+    if experiment.study is not None:
+        key["inputs"] = study_inputs(experiment.study)
     return key
 
 

@@ -1,4 +1,4 @@
-"""Sweep kinds `induction_train` and `induction_flow` (`sims.runs.sweep`): a bucket's runs,
+"""Sweep kinds `induction_train` and `induction_flow` (`sims.sweep`): a bucket's runs,
 each an `InductionTrainConfig` / `InductionFlowConfig`, as (metrics, trajectory) pairs."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from weakspots.idealized.pretrain.config import PRETRAIN_HYPER_FIELDS, PretrainC
 from weakspots.idealized.pretrain.model import Backbone, train_flops_per_step
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.pretrain import checkpoint
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 from weakspots.sims.schedule import warmup_cosine
 
 DTYPE = jnp.float32

@@ -40,7 +40,7 @@ from weakspots.idealized.toy.loss import (
 from weakspots.idealized.toy.model import RetrievalModel, init_model, run_keys
 from weakspots.idealized.toy.task import Batch, sample_batch, split_key
 from weakspots.idealized.xla import jit
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 
 DTYPE = jnp.float32
 H = TypeVar("H", bound=eqx.Module)
@@ -438,7 +438,7 @@ def run_batch(
     program is partitioned across its devices; each run's numbers do not depend on it.
     `stop_on_divergence=False` trains every run to the end instead of raising (a sweep
     records a diverged run's non-finite loss rather than losing its batch). `progress`
-    (`sims.runs.progress.Progress`) gets the steps of each evaluation block, the first marked
+    (`sims.progress.Progress`) gets the steps of each evaluation block, the first marked
     as the compile's.
     """
     config = config.static
@@ -597,7 +597,7 @@ def planned_steps(configs: Sequence[TrainConfig]) -> tuple[int, int]:
 
 
 def stderr_progress(label: str, configs: Sequence[TrainConfig] = (), **kwargs) -> Progress:
-    """A `sims.runs.progress.Progress` in training steps for `train_many(configs)`, on stderr.
+    """A `sims.progress.Progress` in training steps for `train_many(configs)`, on stderr.
 
     With `configs` it is planned for them (several `train_many` calls can share it);
     without, the first `train_many` plans it. `kwargs` go to `Progress` (`enabled`, ...).

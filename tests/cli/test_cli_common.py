@@ -202,7 +202,7 @@ def test_lm_train_says_whether_its_runs_show_a_weak_spot_and_what_to_run_for_one
     assert lm._weak_spot_line(shown) == (
         "weak spot: delta_max beyond its noise floor (worst phase 0, best 2)"
     )
-    # the budget named is one whose recorded run shows a weak spot (docs/lm_runs)
+    # the budget named is one whose recorded run shows a weak spot (docs/decoder_runs.md)
     flags = lm.SHOWS_ONE.split()[3:]
     config = lm.lm_config(build_parser().parse_args(["lm", "train", *flags]))
     assert (config.stride, config.pairs, config.steps, config.operator) == (4, 8, 2000, "mean_pool")

@@ -8,7 +8,7 @@ import pytest
 
 from weakspots.cli import main
 from weakspots.figures import sweep_plot
-from weakspots.sims.runs import store
+from weakspots.sims import store
 
 matplotlib.use("Agg")
 

@@ -22,9 +22,9 @@ import pytest
 from interruptible import interruptible
 
 from weakspots.cli import main
-from weakspots.sims.runs import store
-from weakspots.sims.runs import sweep as sweep_lib
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims import store
+from weakspots.sims import sweep as sweep_lib
+from weakspots.sims.progress import Progress
 
 SPEC = """\
 kind = "train"
@@ -134,7 +134,7 @@ def test_four_devices_equal_one_and_hold_the_runs(setup, tmp_path):
         import json, jax, numpy as np
         from weakspots import idealized
         from weakspots.cli import main
-        from weakspots.sims.runs import sweep
+        from weakspots.sims import sweep
         from weakspots.sims.toy.train import Hyper, run_batch
         assert main(["sweep", {str(spec)!r}, "--store", {str(tmp_path / "four")!r},
                      "--runs-per-device", "1", "--quiet"]) == 0

@@ -24,7 +24,7 @@ from weakspots.idealized.decoder.layers.base import LOCAL, AbstractLayerKind, bu
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.toy.config import ConfigError
 from weakspots.sims.decoder import carry, edits, evaluate, interventions, train
-from weakspots.sims.runs.store import config_hash
+from weakspots.sims.store import config_hash
 
 WIDTH = 2
 TINY = dict(

@@ -1,4 +1,4 @@
-"""The amplifier study (`sims.decoder.amplifier`, experiments `lm_amplifier`, `lm_amplifier_profile`)."""
+"""The amplifier study (`sims.experiments.decoder.amplifier.study`, experiments `lm_amplifier`, `lm_amplifier_profile`)."""
 
 import argparse
 import shlex
@@ -7,8 +7,8 @@ import pytest
 
 from weakspots.cli import lm as lm_cli
 from weakspots.idealized.decoder.config import LMConfig
-from weakspots.sims.decoder import amplifier
-from weakspots.sims.experiments.decoder import lm_amplifier, lm_amplifier_profile
+from weakspots.sims.experiments.decoder.amplifier import lm_amplifier, lm_amplifier_profile
+from weakspots.sims.experiments.decoder.amplifier import study as amplifier
 
 
 @pytest.mark.parametrize("size", ["tiny", "quick", "full"])

@@ -1,4 +1,4 @@
-"""`sims.decoder.causal_study`: straddle phases by brute force, the verdict on reports whose answer is
+"""`sims.experiments.decoder.ablation.causal_study`: straddle phases by brute force, the verdict on reports whose answer is
 known by construction, and the attention margin of a decoder whose attention is uniform."""
 
 import jax
@@ -10,8 +10,8 @@ from flax import nnx
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import Decoder
 from weakspots.idealized.metrics import wilson_interval
-from weakspots.sims.decoder import causal_study
 from weakspots.sims.decoder.evaluate import query_reach
+from weakspots.sims.experiments.decoder.ablation import causal_study
 
 N = 4000  # samples per phase of the synthetic reports: intervals about +-0.01
 

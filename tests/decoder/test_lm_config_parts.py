@@ -31,7 +31,7 @@ from weakspots.idealized.decoder.config import (
     with_design,
 )
 from weakspots.idealized.decoder.model import Decoder
-from weakspots.sims.runs.store import config_hash
+from weakspots.sims.store import config_hash
 
 RECORDED = json.loads(
     (Path(__file__).resolve().parents[1] / "data" / "lm_config_serialised.json").read_text()

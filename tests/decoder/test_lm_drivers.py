@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from weakspots.figures import lm_family, lm_position  # noqa: E402
-from weakspots.sims.decoder import family  # noqa: E402
-from weakspots.sims.experiments.decoder import lm_position as position  # noqa: E402
+from weakspots.sims.experiments.decoder.family import study as family  # noqa: E402
+from weakspots.sims.experiments.decoder.position import lm_position as position  # noqa: E402
 
 
 @pytest.mark.slow

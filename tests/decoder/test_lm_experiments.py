@@ -7,7 +7,8 @@ import numpy as np
 
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.sims.decoder import evaluate
-from weakspots.sims.experiments.decoder import lm_family, lm_position
+from weakspots.sims.experiments.decoder.family import lm_family
+from weakspots.sims.experiments.decoder.position import lm_position
 
 CONFIG = LMConfig(seq_len=40, pairs=2, stride=4, eval_samples=3)
 
@@ -120,11 +121,10 @@ def test_family_reads_the_recorded_v4_design_below_full(monkeypatch):
     from weakspots.cli import build_parser
     from weakspots.cli.lm import lm_config
     from weakspots.idealized.decoder.config import V4_KINDS
-    from weakspots.sims.decoder import family
-    from weakspots.sims.decoder.study import RECORDED
+    from weakspots.sims.experiments.decoder.family import study as family
 
-    name, stride, seq_len = family.RECORDED["v4"]
-    report = json.loads((RECORDED / name).read_text())
+    name, stride, seq_len = family.RECORDINGS["v4"]
+    report = json.loads((family.RECORDED / name).read_text())
     argv = report["command"].split()[1:]
     assert lm_config(build_parser().parse_args(argv)) == family.design_config(
         "quick", "v4", stride, seq_len

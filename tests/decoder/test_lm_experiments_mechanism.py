@@ -7,8 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from weakspots.sims.decoder import study
-from weakspots.sims.experiments.decoder import lm_mechanism, lm_toy
+from weakspots.sims.experiments.decoder.ablation import lm_mechanism, lm_toy, study
 
 
 def _report(stride=8, operator="softmax_pool", weights=None, acc=None, floor=0.02, **config):

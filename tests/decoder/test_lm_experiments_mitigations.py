@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from weakspots.idealized.decoder.config import LM_OPTIONAL_FIELDS, LMConfig
-from weakspots.sims.decoder import study
-from weakspots.sims.experiments.decoder import lm_mitigations
+from weakspots.sims.experiments.decoder.ablation import lm_mitigations, study
 
 
 def _measured(delta_max, floor=0.02, weights=None):
@@ -92,7 +91,7 @@ def test_recorded_trained_mitigations_match_their_configs(name):
 
 
 def test_recorded_base_designs_are_the_recorded_intact_reports():
-    """The base decoders of the trained mitigations are the cached decoders of `sims.decoder.study.STUDY_DESIGNS`; where
+    """The base decoders of the trained mitigations are the cached decoders of `sims.experiments.decoder.ablation.study.STUDY_DESIGNS`; where
     `lm ablate` recorded the design, its intact per-phase accuracy is the same numbers."""
     for name in ("mean_s8_stagger", "softmax_s8_stagger"):
         found = study.recorded_trained_mitigation(name)

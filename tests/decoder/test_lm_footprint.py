@@ -1,4 +1,4 @@
-"""Decoders held against the footprint and selection models (`sims.decoder.footprint`,
+"""Decoders held against the footprint and selection models (`sims.experiments.decoder.footprint.study`,
 experiments `lm_footprint`, `lm_selection`; `sims.decoder.carry.selection`)."""
 
 import argparse
@@ -12,9 +12,10 @@ from flax import nnx
 from weakspots.cli import lm as lm_cli
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.decoder.model import init_decoder
-from weakspots.sims.decoder import carry, footprint
+from weakspots.sims.decoder import carry
 from weakspots.sims.decoder.interventions import evaluation_rows
-from weakspots.sims.experiments.decoder import lm_footprint, lm_selection
+from weakspots.sims.experiments.decoder.footprint import lm_footprint, lm_selection
+from weakspots.sims.experiments.decoder.footprint import study as footprint
 
 
 @pytest.mark.parametrize("family", sorted(footprint.FAMILIES))
@@ -99,7 +100,7 @@ def test_selection_by_half_of_an_overlapping_window_is_within_the_whole_hit():
     entry hits every fact, and its current-half entry (complete, the fact being beyond the
     local reach; the previous-half entry's window may end after the query); a layer without
     overlap reports no halves."""
-    from weakspots.sims.decoder import amplifier
+    from weakspots.sims.experiments.decoder.amplifier import study as amplifier
 
     v4 = amplifier.design_config("tiny", "csa", "v4")
     rows = evaluation_rows(v4)

@@ -1,4 +1,4 @@
-"""`sims.decoder.prefetch` and `weakspots lm prefetch`: a size's decoders trained in shares."""
+"""`sims.experiments.decoder.prefetch` and `weakspots lm prefetch`: a size's decoders trained in shares."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import sys
 import pytest
 
 from weakspots.cli import main
-from weakspots.sims.decoder import amplifier, carry, checkpoint, family, footprint, prefetch, study
+from weakspots.sims.decoder import carry, checkpoint
+from weakspots.sims.experiments.decoder import prefetch
+from weakspots.sims.experiments.decoder.ablation import study
+from weakspots.sims.experiments.decoder.amplifier import study as amplifier
+from weakspots.sims.experiments.decoder.family import study as family
+from weakspots.sims.experiments.decoder.footprint import study as footprint
 
 
 def test_groups_are_what_each_study_trains():

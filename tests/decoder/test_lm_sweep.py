@@ -2,7 +2,7 @@
 
 import pytest
 
-from weakspots.sims.runs import store, sweep
+from weakspots.sims import store, sweep
 
 TINY = dict(
     seq_len=32, pairs=2, key_vocab=8, value_vocab=8, filler_vocab=4, layers=1, d_model=16,

@@ -96,8 +96,8 @@ def test_each_experiment_runs_at_its_own_size_and_the_store_keeps_sizes_and_vers
 
 
 def test_a_decoder_experiment_is_recomputed_when_what_it_reads_changes(tmp_path, monkeypatch):
-    """A decoder experiment's size is a name; its store key holds the digest of
-    `sims.decoder` (designs, recorded reports), so a new recording is not read stale."""
+    """A decoder experiment's size is a name; its store key holds the digest of its study's
+    package (designs, recorded reports), so a new recording is not read stale."""
     calls = []
     named = Experiment(
         "named",
@@ -105,14 +105,40 @@ def test_a_decoder_experiment_is_recomputed_when_what_it_reads_changes(tmp_path,
         lambda size, results: {},
         lambda results, predictions: [],
         sizes=sizes_by_name(),
+        study="a.study",
     )
+    monkeypatch.setattr(experiment_module, "study_inputs", lambda package: f"{package}: v1")
     evaluate(named, "quick", tmp_path)
     evaluate(named, "quick", tmp_path)
     assert calls == ["quick"]  # the second read the store
-    monkeypatch.setattr(experiment_module, "decoder_inputs", lambda: "another recording")
+    monkeypatch.setattr(experiment_module, "study_inputs", lambda package: f"{package}: v2")
     assert not stored(tmp_path, "run", named, "quick")
     evaluate(named, "quick", tmp_path)
     assert calls == ["quick", "quick"]
+
+
+def test_a_size_given_by_name_alone_is_refused_without_its_study():
+    with pytest.raises(ValueError, match="needs `study`"):
+        Experiment("named", dict, dict, list, sizes=sizes_by_name())
+
+
+def test_each_decoder_study_keys_its_experiments_by_its_own_package_alone():
+    """Two experiments of one study share its digest; another study's differs; the engine
+    (`sims.decoder`) is in neither, and a recording of the study is."""
+    from importlib import resources
+
+    by_name = {e.name: e for e in EXPERIMENTS}
+    key = lambda name: experiment_module._store_key("run", by_name[name], "quick")  # noqa: E731
+    assert key("lm_amplifier")["inputs"] == key("lm_amplifier_profile")["inputs"]
+    assert key("lm_footprint")["inputs"] == key("lm_selection")["inputs"]
+    digests = {
+        key(n)["inputs"] for n in ("lm_amplifier", "lm_footprint", "lm_mechanism", "lm_family")
+    }
+    assert len(digests) == 4
+    study = resources.files(by_name["lm_amplifier"].study)
+    assert key("lm_amplifier")["inputs"] == tree_digest(study)
+    assert (study / "runs" / "amplifier_csa_v4.json").is_file()
+    assert not (study / "train.py").is_file()  # the engine lies outside every study
 
 
 def test_the_tree_digest_sees_a_changed_a_new_and_a_renamed_file(tmp_path):

@@ -23,7 +23,7 @@ from weakspots.sims.experiments import (
     canonical,
 )
 from weakspots.sims.experiments.toy import finite_d_accuracy
-from weakspots.sims.runs.progress import Progress
+from weakspots.sims.progress import Progress
 from weakspots.sims.toy.train import train_many
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from scipy.special import logit
 
 from weakspots import theory
 from weakspots.idealized.decoder.config import LMConfig
-from weakspots.sims.decoder import footprint
+from weakspots.sims.experiments.decoder.footprint import study as footprint
 
 EXACT = 1e-10
 

@@ -74,7 +74,7 @@ def test_train_reports_positions_and_phase_accuracy(capsys):
 
 @pytest.mark.slow
 def test_a_sweep_of_induction_flows_fills_the_store(tmp_path):
-    from weakspots.sims.runs import store
+    from weakspots.sims import store
 
     spec = tmp_path / "spec.toml"
     spec.write_text(

@@ -53,7 +53,7 @@ def runs(tmp_path):
 
 
 def test_the_sweeps_layout_is_read_with_its_commands_and_validation_loss(tmp_path):
-    """As `sims.pretrain.sweep.record` writes a design: reports under their padding, the
+    """As `sims.experiments.pretrain.sweep.record` writes a design: reports under their padding, the
     commands beside them as `<padding>_command` after a `pretrain_command`."""
     entry = {"design": "w8s8_1kv", "config": W8S8, "pretrain_command": "weakspots lm pretrain X",
              "history": {"val_loss": [[3.0, 3.2], [2.5, 2.7]]}}  # fmt: skip

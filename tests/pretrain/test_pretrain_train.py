@@ -82,7 +82,7 @@ def test_sweep_commands_parse_back_to_their_configs(size):
     """Each recorded `weakspots lm pretrain` command names exactly its design's config."""
     from weakspots.cli import build_parser
     from weakspots.cli.pretrain import pretrain_config
-    from weakspots.sims.pretrain import sweep
+    from weakspots.sims.experiments.pretrain import sweep
 
     parser = build_parser(("lm",))
     for design in sweep.PRETRAIN_DESIGNS:
@@ -91,7 +91,7 @@ def test_sweep_commands_parse_back_to_their_configs(size):
 
 
 def test_sweep_steps_share_the_device_and_record_picks_the_largest_gap(tmp_path):
-    from weakspots.sims.pretrain import sweep
+    from weakspots.sims.experiments.pretrain import sweep
 
     assert sweep.shared_step_seconds({"a": 10.0, "b": 5.0}) == pytest.approx(0.3)
 

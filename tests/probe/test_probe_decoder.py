@@ -14,7 +14,7 @@ from weakspots.cli import main
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.probe.backends import DecoderBackend
 from weakspots.sims.decoder import checkpoint
-from weakspots.sims.runs.store import config_hash
+from weakspots.sims.store import config_hash
 
 TASK = dict(seq_len=48, pairs=2, stride=4, d_model=32, key_vocab=16, value_vocab=16,
             filler_vocab=8, window=8, batch=32, eval_every=10, eval_samples=24)  # fmt: skip

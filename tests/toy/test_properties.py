@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from weakspots.cli import main
 from weakspots.idealized.toy.config import LOSSES, OPERATORS, OPTIMIZERS, ConfigError, TrainConfig
-from weakspots.sims.runs.store import config_hash
+from weakspots.sims.store import config_hash
 
 FLAGS = {f.name: "--" + f.name.replace("_", "-") for f in dataclasses.fields(TrainConfig)}
 BOOLEANS = ("learn_gain", "learn_projections", "rope_anchor", "stagger", "overlap")

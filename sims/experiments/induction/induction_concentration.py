@@ -10,7 +10,7 @@ import numpy as np
 
 from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.induction.runs import FLOW, QUIET, SEEDS, flows, sgd
+from weakspots.sims.experiments.induction.shared import FLOW, QUIET, SEEDS, flows, sgd
 
 # Log-linear gates at eps = 0; kappa = 1 gives the gates a shared direction to learn along
 LOGLINEAR = InductionFlowConfig(

@@ -10,7 +10,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.induction.runs import (
+from weakspots.sims.experiments.induction.shared import (
     FLOW,
     NOISY,
     PHYSICS,

@@ -7,7 +7,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.induction.runs import FLOW, SEEDS, flows
+from weakspots.sims.experiments.induction.shared import FLOW, SEEDS, flows
 
 SIZES = SEEDS  # flows of the canonical config (runs.FLOW), shared with induction_coverage
 

@@ -11,7 +11,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.induction.runs import flows
+from weakspots.sims.experiments.induction.shared import flows
 
 BASE = InductionFlowConfig(stride=4, heads=1, chunks=8, vocab=4096, t1=1000.0, saves=301)
 RHOS = (1e-5, 1e-9)  # small enough that the early drift is nearly done

@@ -6,7 +6,7 @@ of `sims.pretrain.lookup` under prefix and in-sequence padding, seeds as cluster
 
 Sizes: `tiny` scores planted models (induction that fails at chosen phases of the target
 key, a pipeline test that means nothing about pretraining); `quick` reads the recorded
-`weakspots lm lookup --json` reports in `sims/pretrain/runs/*.json` (a report is any object
+`weakspots lm lookup --json` reports in `sims/experiments/pretrain/runs/*.json` (a report is any object
 there with `residue_accuracy` and `padding`; its design is named from the `configs` it
 records; `paper_lookup.json` holds the headline design and its full-attention control:
 `command`, `control_command`, `result`, `control_result`); `full` reruns every recorded
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
-from weakspots.sims.experiments.experiment import Experiment, Row, Table, tree_digest
+from weakspots.sims.experiments.experiment import Experiment, Row, Table
 from weakspots.sims.pretrain import lookup
 
 HEADLINE = "paper_lookup.json"
@@ -43,22 +43,16 @@ REFERENCE = "paper_reference.json"
 
 
 def recordings_dir() -> Path:
-    """Where the sweep records its reports (`sims/pretrain/runs/`, shipped as package data)."""
-    return Path(str(resources.files("weakspots.sims.pretrain"))) / "runs"
-
-
-def _recordings_digest() -> str:
-    runs = recordings_dir()
-    return tree_digest(resources.files("weakspots.sims.pretrain") / "runs") if runs.is_dir() else ""
+    """Where the sweep records its reports (`sims/experiments/pretrain/runs/`, shipped as package data)."""
+    return Path(str(resources.files(__package__))) / "runs"
 
 
 @dataclass(frozen=True)
 class Size:
-    """`source`: planted, recorded or trained; `recordings`: a digest of the recorded
-    reports, so new recordings are read, not stale results from the store."""
+    """`source`: planted, recorded or trained (the store key digests this package, its
+    recordings in `runs/` included, so new recordings are read, not stale results)."""
 
     source: str
-    recordings: str = ""
     modulus: int = 24
     prompts_per_residue: int = 24
     seeds: int = 2
@@ -66,8 +60,8 @@ class Size:
 
 SIZES = {
     "tiny": Size("planted"),
-    "quick": Size("recorded", _recordings_digest()),
-    "full": Size("trained", _recordings_digest()),
+    "quick": Size("recorded"),
+    "full": Size("trained"),
 }
 
 
@@ -433,4 +427,5 @@ EXPERIMENT = Experiment(
     sizes=SIZES,
     drawn=True,
     tables=tables,
+    study=__package__,
 )

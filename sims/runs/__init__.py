@@ -1,1 +1,0 @@
-"""runs: see DEVELOPERS.md."""

@@ -15,7 +15,9 @@ name and its settings): bump `version` when an experiment's output changes meani
 experiment that belongs to a study (`study`: the package holding its driver, its designs and
 its recorded runs in `runs/`, as every decoder study does) also has that package's digest in
 its key (`study_inputs`), so a changed design or a new recording is evaluated, not read
-stale, while an edit to another study leaves its results stored.
+stale, while an edit to another study leaves its results stored; the packages it trains
+with (`engine`: the decoder's model and trainer) join the key too, so an edit to the engine
+recomputes every study that trains with it.
 """
 
 from __future__ import annotations
@@ -172,6 +174,9 @@ class Experiment:
     experiment's study (its driver, designs and recorded `runs/`; `__package__` in the
     experiment's module), whose digest joins the store key; required where a size is only a
     name (`sizes_by_name`), since then the settings live in the study, not in the key.
+    engine: the dotted packages whose code the study trains and measures with (the
+    decoder's model and trainer: `sims.experiments.decoder.ENGINE`); their digest joins the
+    store key beside the study's own.
     """
 
     name: str
@@ -185,8 +190,10 @@ class Experiment:
     drawn: bool = False
     tables: Callable[[dict, dict], list[Table]] | None = None
     study: str | None = None
+    engine: tuple[str, ...] = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "engine", tuple(self.engine))
         for part in ("run", "predict", "rows", "tables"):  # float64 as the theory needs
             if getattr(self, part) is not None:
                 object.__setattr__(self, part, float64(getattr(self, part)))
@@ -246,6 +253,15 @@ def study_inputs(package: str) -> str:
     return tree_digest(resources.files(package))
 
 
+@functools.cache
+def engine_inputs(packages: tuple[str, ...]) -> str:
+    """SHA-256 over each package's name and `study_inputs` digest, in the order given."""
+    digest = hashlib.sha256()
+    for package in packages:
+        digest.update(package.encode() + b"\0" + study_inputs(package).encode() + b"\0")
+    return digest.hexdigest()
+
+
 def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
     record = experiment.size_of(size)
     settings = dataclasses.asdict(record) if dataclasses.is_dataclass(record) else record
@@ -258,6 +274,8 @@ def _store_key(part: Part, experiment: Experiment, size: str) -> dict:
     }
     if experiment.study is not None:
         key["inputs"] = study_inputs(experiment.study)
+    if experiment.engine:
+        key["engine"] = engine_inputs(experiment.engine)
     return key
 
 

@@ -122,23 +122,72 @@ def test_a_size_given_by_name_alone_is_refused_without_its_study():
         Experiment("named", dict, dict, list, sizes=sizes_by_name())
 
 
-def test_each_decoder_study_keys_its_experiments_by_its_own_package_alone():
+def test_each_decoder_study_keys_its_experiments_by_its_own_package_and_the_engine():
     """Two experiments of one study share its digest; another study's differs; the engine
-    (`sims.decoder`) is in neither, and a recording of the study is."""
+    (`sims.decoder`, `idealized.decoder`) is in no study's digest but in its own key field,
+    the same for every decoder study; a recording of the study is in the study's digest."""
     from importlib import resources
+
+    from weakspots.sims.experiments.decoder import ENGINE
 
     by_name = {e.name: e for e in EXPERIMENTS}
     key = lambda name: experiment_module._store_key("run", by_name[name], "quick")  # noqa: E731
     assert key("lm_amplifier")["inputs"] == key("lm_amplifier_profile")["inputs"]
     assert key("lm_footprint")["inputs"] == key("lm_selection")["inputs"]
-    digests = {
-        key(n)["inputs"] for n in ("lm_amplifier", "lm_footprint", "lm_mechanism", "lm_family")
-    }
-    assert len(digests) == 4
+    decoder_studies = ("lm_amplifier", "lm_footprint", "lm_mechanism", "lm_family", "lm_position")
+    assert len({key(n)["inputs"] for n in decoder_studies}) == 5
     study = resources.files(by_name["lm_amplifier"].study)
     assert key("lm_amplifier")["inputs"] == tree_digest(study)
     assert (study / "runs" / "amplifier_csa_v4.json").is_file()
     assert not (study / "train.py").is_file()  # the engine lies outside every study
+    assert {key(n)["engine"] for n in decoder_studies} == {
+        experiment_module.engine_inputs(ENGINE)
+    }
+    assert any((resources.files(p) / "train.py").is_file() for p in ENGINE)
+    assert any((resources.files(p) / "model.py").is_file() for p in ENGINE)
+    assert "engine" not in key("threshold")  # a toy experiment: its version alone
+    # every decoder study trains with the engine, so every one declares it
+    for e in EXPERIMENTS:
+        if e.study is not None and ".decoder." in e.study:
+            assert e.engine == ENGINE, e.name
+
+
+def test_an_edit_to_the_engine_recomputes_a_study_and_an_edit_to_another_study_does_not(
+    tmp_path, monkeypatch
+):
+    calls = []
+    named = Experiment(
+        "named",
+        lambda size: calls.append(size) or {"size": size},
+        lambda size, results: {},
+        lambda results, predictions: [],
+        sizes=sizes_by_name(),
+        study="a.study",
+        engine=["an.engine"],  # a list is kept as a tuple, so the digest can be cached
+    )
+    assert named.engine == ("an.engine",)
+    digests = {"a.study": "s1", "another.study": "o1", "an.engine": "e1"}
+    monkeypatch.setattr(experiment_module, "study_inputs", lambda package: digests[package])
+    monkeypatch.setattr(
+        experiment_module, "engine_inputs", lambda packages: "+".join(digests[p] for p in packages)
+    )
+    evaluate(named, "quick", tmp_path)
+    digests["another.study"] = "o2"
+    evaluate(named, "quick", tmp_path)
+    assert calls == ["quick"]  # another study's edit: read from the store
+    digests["an.engine"] = "e2"
+    assert not stored(tmp_path, "run", named, "quick")
+    evaluate(named, "quick", tmp_path)
+    assert calls == ["quick", "quick"]
+
+
+def test_the_engine_digest_follows_each_package_and_their_order():
+    digest = experiment_module.engine_inputs
+    one = digest(("weakspots.sims.decoder",))
+    assert one == digest(("weakspots.sims.decoder",))
+    assert one != digest(("weakspots.idealized.decoder",))
+    both = digest(("weakspots.idealized.decoder", "weakspots.sims.decoder"))
+    assert both not in (one, digest(("weakspots.sims.decoder", "weakspots.idealized.decoder")))
 
 
 def test_the_tree_digest_sees_a_changed_a_new_and_a_renamed_file(tmp_path):

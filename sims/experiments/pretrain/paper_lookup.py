@@ -34,6 +34,7 @@ import numpy as np
 
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.experiments.experiment import Experiment, Row, Table
+from weakspots.sims.experiments.pretrain import ENGINE
 from weakspots.sims.pretrain import lookup
 
 HEADLINE = "paper_lookup.json"
@@ -428,4 +429,5 @@ EXPERIMENT = Experiment(
     drawn=True,
     tables=tables,
     study=__package__,
+    engine=ENGINE,
 )

@@ -16,6 +16,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized.decoder.config import RecallTask
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.ablation import study
 from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
 
@@ -241,4 +242,5 @@ EXPERIMENT = Experiment(
     drawn=True,
     tables=tables,
     study=__package__,
+    engine=ENGINE,
 )

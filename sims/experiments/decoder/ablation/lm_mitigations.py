@@ -31,6 +31,7 @@ import numpy as np
 from weakspots import theory
 from weakspots.idealized import metrics
 from weakspots.sims.decoder.evaluate import report_noise_floor
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.ablation import study
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -178,4 +179,5 @@ EXPERIMENT = Experiment(
     version=3,
     drawn=True,
     study=__package__,
+    engine=ENGINE,
 )

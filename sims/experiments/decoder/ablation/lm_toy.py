@@ -28,6 +28,7 @@ import numpy as np
 
 from weakspots import theory
 from weakspots.idealized import metrics
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.ablation import lm_mechanism
 from weakspots.sims.experiments.decoder.ablation.lm_mechanism import (
     chunks,
@@ -237,4 +238,5 @@ EXPERIMENT = Experiment(
     drawn=True,
     tables=tables,
     study=__package__,
+    engine=ENGINE,
 )

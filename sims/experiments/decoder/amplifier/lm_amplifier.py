@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from weakspots import theory
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.amplifier import study as amplifier
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -243,4 +244,5 @@ EXPERIMENT = Experiment(
     version=1,
     drawn=True,
     study=__package__,
+    engine=ENGINE,
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.amplifier import study as amplifier
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -66,4 +67,5 @@ EXPERIMENT = Experiment(
     version=1,
     drawn=True,
     study=__package__,
+    engine=ENGINE,
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.family import study as family
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -71,5 +72,13 @@ def _dense_rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "lm_family", run, predict, rows, sizes=sizes_by_name(), version=3, drawn=True, study=__package__
+    "lm_family",
+    run,
+    predict,
+    rows,
+    sizes=sizes_by_name(),
+    version=3,
+    drawn=True,
+    study=__package__,
+    engine=ENGINE,
 )

@@ -24,6 +24,7 @@ from scipy.special import logit
 from weakspots import theory
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.idealized.metrics import mean_interval, specialization_index, student_t_quantile
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.footprint import study as footprint
 from weakspots.sims.experiments.experiment import Experiment, Row, Table, sizes_by_name
 
@@ -327,4 +328,5 @@ EXPERIMENT = Experiment(
     drawn=True,
     tables=tables,
     study=__package__,
+    engine=ENGINE,
 )

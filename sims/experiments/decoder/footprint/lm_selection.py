@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from weakspots import theory
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.decoder.footprint import study as footprint
 from weakspots.sims.experiments.experiment import Experiment, Row, sizes_by_name
 
@@ -171,4 +172,5 @@ EXPERIMENT = Experiment(
     version=1,
     drawn=True,
     study=__package__,
+    engine=ENGINE,
 )

@@ -29,6 +29,7 @@ import numpy as np
 from weakspots.idealized.decoder.config import LMConfig
 from weakspots.sims.decoder.evaluate import phase_summary, seed_phase_statistics, seed_spread
 from weakspots.sims.decoder.train import train_many
+from weakspots.sims.experiments.decoder import ENGINE
 from weakspots.sims.experiments.experiment import Experiment, Row
 from weakspots.sims.progress import Progress
 
@@ -163,5 +164,13 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 
 
 EXPERIMENT = Experiment(
-    "lm_position", run, predict, rows, sizes=SIZES, version=2, drawn=True, study=__package__
+    "lm_position",
+    run,
+    predict,
+    rows,
+    sizes=SIZES,
+    version=2,
+    drawn=True,
+    study=__package__,
+    engine=ENGINE,
 )

@@ -193,7 +193,6 @@ class Experiment:
     engine: tuple[str, ...] = ()
 
     def __post_init__(self):
-        object.__setattr__(self, "engine", tuple(self.engine))
         for part in ("run", "predict", "rows", "tables"):  # float64 as the theory needs
             if getattr(self, part) is not None:
                 object.__setattr__(self, part, float64(getattr(self, part)))
@@ -253,9 +252,9 @@ def study_inputs(package: str) -> str:
     return tree_digest(resources.files(package))
 
 
-@functools.cache
 def engine_inputs(packages: tuple[str, ...]) -> str:
-    """SHA-256 over each package's name and `study_inputs` digest, in the order given."""
+    """SHA-256 over each package's name and `study_inputs` digest (each computed once per
+    process), in the order given."""
     digest = hashlib.sha256()
     for package in packages:
         digest.update(package.encode() + b"\0" + study_inputs(package).encode() + b"\0")

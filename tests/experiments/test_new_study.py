@@ -92,7 +92,7 @@ def test_a_new_study_is_its_package_its_figure_and_one_registry_line(tmp_path, m
     try:
         # the one registry line
         monkeypatch.setattr(experiments, "EXPERIMENTS", (*experiments.EXPERIMENTS, module.EXPERIMENT))
-        monkeypatch.delattr(figures, "DRAWINGS", raising=False)  # built anew from the registry
+        vars(figures).pop("DRAWINGS", None)  # built anew from the registry on first use
         repro = _paper_repro()
         monkeypatch.setattr(repro, "enable_compilation_cache", lambda out: None)
         out = tmp_path / "out"
@@ -120,5 +120,9 @@ def test_a_new_study_is_its_package_its_figure_and_one_registry_line(tmp_path, m
         assert float(row["sgd"]) == 0.5
     finally:
         experiment_module.study_inputs.cache_clear()
+        # built above with the test's study in it: the next use builds it from the registry
+        # that monkeypatch restores (monkeypatch.delattr would first build it, from the
+        # patched registry, and restore that)
+        vars(figures).pop("DRAWINGS", None)
         for name in new:
             sys.modules.pop(name, None)

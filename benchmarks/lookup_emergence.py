@@ -4,7 +4,8 @@ Pretrains one design on the corpus (`idealized.pretrain.corpus`) and, every `--e
 scores (a) in-corpus copying: top-1 on a name that follows its animal when the same pair came
 earlier in the document (held-out documents of seed 999), (b) the lookup
 (`sims.pretrain.lookup`, prefix padding) and what the model predicts there instead. Meant for
-a GPU (docs/performance.md, "The pretraining corpus ..."):
+a GPU (docs/performance.md, "The pretraining corpus ..."); on a CPU, `weakspots lm pretrain
+--emergence-every K` measures the same during training (`sims.pretrain.emergence`):
 
     python -m weakspots.benchmarks.lookup_emergence --steps 6000 --every 2000 --json out.json
 """
@@ -21,23 +22,19 @@ import numpy as np
 from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.config import PretrainConfig
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
-from weakspots.sims.pretrain import checkpoint, lookup, train
+from weakspots.sims.pretrain import checkpoint, emergence, lookup, train
 
 MODEL = dict(d_model=256, layers=4, heads=8, head_dim=32, mlp_hidden=768, seq_len=512, batch=32)
 SMOKE = dict(d_model=16, layers=1, heads=2, head_dim=8, mlp_hidden=32, seq_len=64, batch=2)
 
 
 def copy_accuracy(logits_fn, held, tokenizer) -> tuple[float, float]:
-    """Top-1 on names after their animal: repeated pairs, and first mentions."""
+    """Top-1 on names after their animal: repeated pairs (`emergence.repeated_pairs`), and
+    first mentions."""
     x, y = held[:, :-1], held[:, 1:]
     pred = np.argmax(logits_fn(x), -1)
     pair = np.isin(x, tokenizer.key_ids) & np.isin(y, tokenizer.value_ids)
-    repeated = np.zeros_like(pair)
-    for b in range(len(x)):
-        seen = set()
-        for t in np.flatnonzero(pair[b]):
-            repeated[b, t] = int(x[b, t]) in seen
-            seen.add(int(x[b, t]))
+    repeated = emergence.repeated_pairs(held, tokenizer)
     hit = pred == y
     return float(hit[pair & repeated].mean()), float(hit[pair & ~repeated].mean())
 

@@ -10,6 +10,7 @@ from weakspots.idealized.pretrain.config import (
     ATTENTION_KINDS,
     GATES,
     LOCAL_MODES,
+    SCHEDULES,
     PretrainConfig,
 )
 
@@ -19,6 +20,8 @@ _DEFAULT = PretrainConfig()
 
 HELP = {
     "vocab": "vocabulary size (0: the corpus tokenizer's)",
+    "open_words": "corpus: words per open class (places, nouns, adjectives, verbs; 0: all)",
+    "zipf": "corpus: Zipf exponent of open-class word draws (0: uniform)",
     "d_model": "model width D",
     "layers": "blocks",
     "heads": "query heads H",
@@ -43,6 +46,7 @@ HELP = {
     "steps": "AdamW steps",
     "lr": "peak learning rate",
     "warmup": "linear warmup steps",
+    "schedule": f"after warmup: {', '.join(SCHEDULES)} (cosine: to lr/10 at --steps)",
     "weight_decay": "AdamW weight decay (matrices only)",
     "clip": "global gradient-norm clipping",
     "seed": "first seed (model initialisation and the corpus stream)",
@@ -50,6 +54,8 @@ HELP = {
     "log_every": "steps per compiled block (one loss point of the curves)",
     "checkpoint_every": "steps between checkpoints (0: at the end only); a multiple of --log-every",
     "val_batches": "held-out batches of the validation loss at each checkpoint",
+    "emergence_every": "steps between emergence measurements (copy accuracy, a small lookup) "
+    "in history.json (0: none); a multiple of --log-every",
 }
 
 

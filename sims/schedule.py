@@ -17,3 +17,10 @@ def warmup_cosine(step, *, lr, warmup, steps, dtype=jnp.float32) -> Array:
     progress = jnp.clip((step - warmup) / span, 0.0, 1.0)
     cosine = FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + jnp.cos(jnp.pi * progress))
     return lr * warm * cosine
+
+
+def warmup_constant(step, *, lr, warmup, dtype=jnp.float32) -> Array:
+    """Linear warmup over `warmup` steps, then `lr` held to the end (a rate kept up through
+    the induction transition)."""
+    step = step.astype(dtype)
+    return lr * jnp.minimum(1.0, (step + 1.0) / jnp.maximum(warmup, 1.0))

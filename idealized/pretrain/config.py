@@ -26,6 +26,7 @@ ATTENTION_KINDS = ("full", "compressed")
 """Registered at import by `idealized.pretrain.attention` (validation reads this tuple)."""
 GATES = ("scalar", "vector", "uniform")
 LOCAL_MODES = ("window", "tail")
+SCHEDULES = ("cosine", "constant")
 PRETRAIN_HYPER_FIELDS = ("lr", "weight_decay", "warmup", "clip", "seed", "steps")
 
 
@@ -43,14 +44,20 @@ class PretrainConfig:
     Model: `vocab` (0: the tokenizer's), `d_model`, `layers`, `heads` query heads of
     `head_dim`, `kv_heads` (grouped queries), SwiGLU of `mlp_hidden`, RoPE base `rope_theta`.
     Attention: `attention` (a registered kind), and the compressed kind's switches.
+    Corpus: at most `open_words` words per open class (0: all; a smaller vocabulary),
+    open-class words drawn with Zipf exponent `zipf` (0: uniform).
     Training: `steps` AdamW steps of `batch` sequences of `seq_len` tokens, peak `lr` after
-    `warmup` linear steps, cosine to `lr / 10`, global-norm clipping at `clip`,
-    `weight_decay` on matrices; the loss is logged every `log_every` steps (one compiled
-    block), a checkpoint written every `checkpoint_every` steps (0: at the end only), the
-    validation loss measured on `val_batches` held-out batches at each checkpoint.
+    `warmup` linear steps, then (`schedule`) cosine to `lr / 10` or constant, global-norm
+    clipping at `clip`, `weight_decay` on matrices; the loss is logged every `log_every`
+    steps (one compiled block), a checkpoint written every `checkpoint_every` steps (0: at
+    the end only), the validation loss measured on `val_batches` held-out batches at each
+    checkpoint, and emergence (copy accuracy and a small lookup,
+    `sims.pretrain.emergence`) every `emergence_every` steps (0: never).
     """
 
     vocab: int = 0
+    open_words: int = 0
+    zipf: float = 0.0
     d_model: int = 256
     layers: int = 4
     heads: int = 8
@@ -74,6 +81,7 @@ class PretrainConfig:
     steps: int = 2000
     lr: float = 3e-3
     warmup: int = 100
+    schedule: str = "cosine"
     weight_decay: float = 0.1
     clip: float = 1.0
     seed: int = 0
@@ -81,11 +89,14 @@ class PretrainConfig:
     log_every: int = 50
     checkpoint_every: int = 0
     val_batches: int = 4
+    emergence_every: int = 0
 
     def __post_init__(self):
         for name in ("d_model", "layers", "heads", "kv_heads", "head_dim", "mlp_hidden"):
             check.int_at_least(name, getattr(self, name), 1)
         check.int_at_least("vocab", self.vocab, 0)
+        check.int_at_least("open_words", self.open_words, 0)
+        _finite_at_least("zipf", self.zipf, 0.0)
         _finite_at_least("rope_theta", self.rope_theta, 1.0, strict=True)
         check.one_of("attention", self.attention, ATTENTION_KINDS)
         if self.heads % self.kv_heads:
@@ -121,6 +132,7 @@ class PretrainConfig:
         check.int_at_least("steps", self.steps, 1)
         _finite_at_least("lr", self.lr, 0.0, strict=True)
         check.int_at_least("warmup", self.warmup, 0)
+        check.one_of("schedule", self.schedule, SCHEDULES)
         _finite_at_least("weight_decay", self.weight_decay, 0.0)
         _finite_at_least("clip", self.clip, 0.0, strict=True)
         check.int_at_least("seed", self.seed, 0)
@@ -133,6 +145,12 @@ class PretrainConfig:
                 f"must be a multiple of --log-every {self.log_every}, got {self.checkpoint_every}",
             )
         check.int_at_least("val_batches", self.val_batches, 0)
+        check.int_at_least("emergence_every", self.emergence_every, 0)
+        if self.emergence_every % self.log_every:
+            raise ConfigError(
+                "emergence_every",
+                f"must be a multiple of --log-every {self.log_every}, got {self.emergence_every}",
+            )
 
     @property
     def rotary_dim(self) -> int:

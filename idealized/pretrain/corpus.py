@@ -33,6 +33,7 @@ import numpy as np
 
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
 
+VALIDATION_SEED = 999_983  # the held-out stream: validation loss, copy accuracy, gates' text
 CAST = 64  # characters at most per document (the lookup's 64 records need 64 distinct keys)
 SONG = 6  # words in a document's song
 
@@ -179,8 +180,34 @@ def _distinct_below(rng, count, exclude):
     return draw
 
 
-def document_tokens(tokenizer: Tokenizer, rng: np.random.Generator, rows: int, length: int):
-    """`rows` documents of exactly `length` tokens each, `(rows, length)` int32."""
+def word_cdf(count: int, zipf: float) -> np.ndarray | None:
+    """The cumulative distribution of an open class's word ranks: `P(i) ~ (i + 1)^-zipf`,
+    `(count,)`; None for `zipf = 0` (uniform)."""
+    if zipf == 0:
+        return None
+    weights = np.arange(1, count + 1, dtype=np.float64) ** -zipf
+    return np.cumsum(weights) / weights.sum()
+
+
+def draw_words(rng: np.random.Generator, ids: np.ndarray, size, zipf: float = 0.0) -> np.ndarray:
+    """Words of one class, `ids[rank]` with the rank uniform (`zipf = 0`) or Zipfian
+    (`word_cdf`); one uniform number per word either way."""
+    uniform = rng.random(size)
+    cdf = word_cdf(ids.size, zipf)
+    if cdf is None:
+        return ids[(uniform * ids.size).astype(np.int64)]
+    return ids[np.minimum(np.searchsorted(cdf, uniform, side="right"), ids.size - 1)]
+
+
+def document_tokens(
+    tokenizer: Tokenizer, rng: np.random.Generator, rows: int, length: int, zipf: float = 0.0
+):
+    """`rows` documents of exactly `length` tokens each, `(rows, length)` int32.
+
+    `zipf`: random open-class words (places, nouns, adjectives, verbs, numbers, and the
+    characters' attributes of those classes) are drawn with `P(rank i) ~ (i + 1)^-zipf`
+    inside their class; 0 draws them uniformly. The same random numbers either way.
+    """
     frames = _frames(tokenizer)
     shortest = int(frames.lengths.min())
     sentences = math.ceil(max(length - 1, 1) / shortest)
@@ -218,8 +245,7 @@ def document_tokens(tokenizer: Tokenizer, rng: np.random.Generator, rows: int, l
         return ids[np.argsort(rng.random((rows, ids.size)), axis=1)[:, :CAST]]
 
     def random_of(class_name, size):
-        ids = tokenizer.class_ids(class_name)
-        return ids[(rng.random(size) * ids.size).astype(np.int64)]
+        return draw_words(rng, tokenizer.class_ids(class_name), size, zipf)
 
     cast_table = {
         "animal": distinct("animal"),
@@ -268,20 +294,27 @@ def document_tokens(tokenizer: Tokenizer, rng: np.random.Generator, rows: int, l
 
 
 def batches(
-    tokenizer: Tokenizer, seed: int, batch: int, length: int, start_step: int = 0
+    tokenizer: Tokenizer,
+    seed: int,
+    batch: int,
+    length: int,
+    start_step: int = 0,
+    zipf: float = 0.0,
 ) -> Iterator[np.ndarray]:
     """Training batches `(batch, length + 1)` int32 from step `start_step` on (inputs
     `[:, :-1]`, targets `[:, 1:]`); batch `step` depends only on `(seed, step)`."""
     step = start_step
     while True:
-        yield batch_at(tokenizer, seed, step, batch, length)
+        yield batch_at(tokenizer, seed, step, batch, length, zipf)
         step += 1
 
 
-def batch_at(tokenizer: Tokenizer, seed: int, step: int, batch: int, length: int) -> np.ndarray:
+def batch_at(
+    tokenizer: Tokenizer, seed: int, step: int, batch: int, length: int, zipf: float = 0.0
+) -> np.ndarray:
     """The batch of step `step`: `(batch, length + 1)` int32."""
     rng = np.random.Generator(np.random.Philox(key=[seed & 0xFFFFFFFFFFFFFFFF, step]))
-    return document_tokens(tokenizer, rng, batch, length + 1)
+    return document_tokens(tokenizer, rng, batch, length + 1, zipf)
 
 
 def lookup_runs(tokens, key_ids, value_ids, *, pairs: int = 4, max_gap: int = 0) -> np.ndarray:

@@ -77,6 +77,12 @@ class Backbone(nnx.Module):
         return jnp.stack(inputs)
 
 
+def merge(config: PretrainConfig, params: nnx.State) -> Backbone:
+    """A live model from one run's parameter state (`nnx.split(model)[1]`)."""
+    abstract = nnx.eval_shape(lambda: Backbone(config.static, rngs=nnx.Rngs(0)))
+    return nnx.merge(nnx.split(abstract)[0], params)
+
+
 def forward_flops(config: PretrainConfig) -> float:
     """Matmul FLOPs of one sequence's forward pass (attention as its kind computes it)."""
     d, t = config.d_model, config.seq_len

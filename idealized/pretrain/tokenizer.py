@@ -117,13 +117,25 @@ class Tokenizer:
         self.doc_id = self.ids["<doc>"]
 
     @staticmethod
-    @functools.cache
     def default() -> Tokenizer:
         """The corpus's tokenizer (the same vocabulary on every machine)."""
+        return Tokenizer.sized(0)
+
+    @staticmethod
+    @functools.cache
+    def sized(open_words: int = 0) -> Tokenizer:
+        """The corpus's tokenizer with at most `open_words` words in each open class (0: all
+        of `OPEN_CLASSES`): the first words of the default's classes, so every id below the
+        open classes (specials, function words, animals, names, numbers) is the default's."""
+        if open_words < 0:
+            raise ValueError(f"--open-words: must be >= 0, got {open_words}")
         closed = {"special": SPECIALS, "function": FUNCTION_WORDS, "animal": ANIMALS}
         closed |= {"name": NAMES, "number": NUMBERS}
         closed_words = frozenset(w for ws in closed.values() for w in ws)
-        return Tokenizer(closed | _invented_words(closed_words))
+        invented = _invented_words(closed_words)
+        if open_words:
+            invented = {name: words[:open_words] for name, words in invented.items()}
+        return Tokenizer(closed | invented)
 
     @property
     def vocab_size(self) -> int:

@@ -47,6 +47,7 @@ from weakspots.sims.experiments.induction import (
     induction_phase_accuracy,
     induction_time,
 )
+from weakspots.sims.experiments.pretrain import emergence as pretrain_emergence
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 from weakspots.sims.experiments.toy import (
@@ -122,6 +123,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_footprint.EXPERIMENT,
     lm_selection.EXPERIMENT,
     paper_lookup.EXPERIMENT,
+    pretrain_emergence.EXPERIMENT,
     induction_concentration.EXPERIMENT,
     induction_coverage.EXPERIMENT,
     induction_phase_accuracy.EXPERIMENT,

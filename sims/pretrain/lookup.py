@@ -127,14 +127,28 @@ class Layout:
         return self.query_position + 1
 
 
-def layout(offsets: dict[int, np.ndarray], length: int | None = None) -> Layout:
+def middle(records: int) -> tuple[int, int]:
+    """The target record's index range, the records' middle: `[3R/8, 5R/8)` (24..39 of 64)."""
+    if records == RECORDS:
+        return MIDDLE
+    return (3 * records) // 8, max((5 * records) // 8, (3 * records) // 8 + 1)
+
+
+def layout(
+    offsets: dict[int, np.ndarray],
+    length: int | None = None,
+    records: int = RECORDS,
+    demonstrations: int = DEMONSTRATIONS,
+) -> Layout:
     """The smallest centre and query position that fit every target position with the
-    target record in `MIDDLE` (or the query at `length - 1` when a longer prompt is asked)."""
+    target record in `middle(records)` (or the query at `length - 1` when a longer prompt is
+    asked)."""
     low = min(int(x.min()) for x in offsets.values())
     high = max(int(x.max()) for x in offsets.values())
-    centre = 1 + 2 * (MIDDLE[1] - 1) - low  # the prefix before the target record is >= 0
-    longest_prefix = centre + high - 1 - 2 * MIDDLE[0]
-    query = 1 + longest_prefix + 2 * RECORDS + 2 * DEMONSTRATIONS
+    lo, hi = middle(records)
+    centre = 1 + 2 * (hi - 1) - low  # the prefix before the target record is >= 0
+    longest_prefix = centre + high - 1 - 2 * lo
+    query = 1 + longest_prefix + 2 * records + 2 * demonstrations
     if length is not None:
         if length - 1 < query:
             raise ValueError(f"--length: the design needs prompts of at least {query + 1} tokens")
@@ -151,11 +165,16 @@ def design(
     length: int | None = None,
     spread: float = 48.0,
     tokenizer: Tokenizer | None = None,
+    records: int = RECORDS,
+    demonstrations: int = DEMONSTRATIONS,
 ) -> list[Prompt]:
     """The lookup prompts of one padding: `modulus * prompts_per_residue` prompts, residue
     group by residue group, all of length `length` (default: the shortest that fits).
 
     `spread`: the standard deviation of the target position in every group (tokens).
+    `records`, `demonstrations`: the paper's 64 and 8, fewer for a shorter context (the
+    target key then still sits more than `LOCAL_WINDOW` tokens before the query when
+    `2 * demonstrations + 2 * (records - middle(records)[1]) >= LOCAL_WINDOW`).
     Same arguments, same prompts; the two paddings share target positions and records.
     """
     if padding not in PADDINGS:
@@ -166,11 +185,18 @@ def design(
         raise ValueError(f"--prompts-per-residue: must be at least 2, got {prompts_per_residue}")
     if not spread > 0:
         raise ValueError(f"--spread: must be positive, got {spread}")
+    most = min(Tokenizer.default().key_ids.size, Tokenizer.default().value_ids.size)
+    if not 4 <= records <= most:
+        raise ValueError(f"--records: must be between 4 and {most}, got {records}")
+    if not 1 <= demonstrations < records:
+        raise ValueError(
+            f"--demonstrations: must be between 1 and --records - 1, got {demonstrations}"
+        )
     tokenizer = tokenizer or Tokenizer.default()
     filler = tokenizer.ids[FILLER]
     keys, values = tokenizer.key_ids, tokenizer.value_ids
     offsets = target_offsets(modulus, prompts_per_residue, spread)
-    geometry = layout(offsets, length)
+    geometry = layout(offsets, length, records, demonstrations)
     prompts = []
     for residue in range(modulus):
         deviations = offsets[_centred(residue, geometry.centre, modulus)]
@@ -193,30 +219,35 @@ def design(
                     filler,
                     tokenizer.doc_id,
                     residue,
+                    records,
+                    demonstrations,
                 )
             )
     return prompts
 
 
-def _prompt(streams, padding, target_position, geometry, keys, values, filler, doc, residue):
+def _prompt(
+    streams, padding, target_position, geometry, keys, values, filler, doc, residue,
+    records=RECORDS, demonstrations=DEMONSTRATIONS,
+):  # fmt: skip
     rng, gap_rng = streams
-    record_keys = rng.choice(keys, RECORDS, replace=False)
-    record_values = rng.choice(values, RECORDS, replace=False)
-    target = int(rng.integers(*MIDDLE))
-    shown = rng.choice(np.delete(np.arange(RECORDS), target), DEMONSTRATIONS, replace=False)
+    record_keys = rng.choice(keys, records, replace=False)
+    record_values = rng.choice(values, records, replace=False)
+    target = int(rng.integers(*middle(records)))
+    shown = rng.choice(np.delete(np.arange(records), target), demonstrations, replace=False)
     before = target_position - 1 - 2 * target  # filler before the target key
-    after = geometry.query_position - 1 - 2 * RECORDS - 2 * DEMONSTRATIONS - before
-    gaps = np.zeros(RECORDS + 1, dtype=np.int64)  # gaps[j]: filler just before record j (64: after)
+    after = geometry.query_position - 1 - 2 * records - 2 * demonstrations - before
+    gaps = np.zeros(records + 1, dtype=np.int64)  # gaps[j]: filler before record j (R: after)
     if padding == "prefix":
-        gaps[0], gaps[RECORDS] = before, after
+        gaps[0], gaps[records] = before, after
     else:
         gaps[: target + 1] = _composition(gap_rng, before, target + 1)
-        gaps[target + 1 :] = _composition(gap_rng, after, RECORDS - target)
+        gaps[target + 1 :] = _composition(gap_rng, after, records - target)
     tokens = np.full(geometry.length, filler, dtype=np.int32)
     tokens[0] = doc
-    starts = 1 + np.cumsum(gaps[:RECORDS]) + 2 * np.arange(RECORDS)
+    starts = 1 + np.cumsum(gaps[:records]) + 2 * np.arange(records)
     tokens[starts], tokens[starts + 1] = record_keys, record_values
-    shown_at = geometry.query_position - 2 * DEMONSTRATIONS + 2 * np.arange(DEMONSTRATIONS)
+    shown_at = geometry.query_position - 2 * demonstrations + 2 * np.arange(demonstrations)
     tokens[shown_at], tokens[shown_at + 1] = record_keys[shown], record_values[shown]
     tokens[geometry.query_position] = record_keys[target]
     assert (
@@ -298,10 +329,11 @@ def checkpoint_scorer(directory):
     import jax.numpy as jnp
     from flax import nnx
 
-    from weakspots.sims.pretrain import checkpoint, train
+    from weakspots.idealized.pretrain.model import merge
+    from weakspots.sims.pretrain import checkpoint
 
     config, params = checkpoint.load(directory)
-    graph, state = nnx.split(train.merge(config, params))
+    graph, state = nnx.split(merge(config, params))
 
     @jax.jit
     def last_logits(state, tokens):

@@ -27,14 +27,15 @@ from jaxtyping import Array, Float, Int
 
 from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.config import PRETRAIN_HYPER_FIELDS, PretrainConfig
-from weakspots.idealized.pretrain.model import Backbone, train_flops_per_step
+from weakspots.idealized.pretrain.model import Backbone, merge, train_flops_per_step
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.pretrain import checkpoint
+from weakspots.sims.pretrain.emergence import Emergence
 from weakspots.sims.progress import Progress
-from weakspots.sims.schedule import warmup_cosine
+from weakspots.sims.schedule import warmup_constant, warmup_cosine
 
 DTYPE = jnp.float32
-VALIDATION_SEED = 999_983  # the corpus stream every run's validation loss is measured on
+VALIDATION_SEED = corpus.VALIDATION_SEED  # the stream every run's validation loss is measured on
 LOG_SECONDS = 10.0  # at most one loss line per this many seconds
 KEPT = "checkpoints"  # with keep_checkpoints: <out>/checkpoints/step-<n>/ holds each checkpoint
 
@@ -73,21 +74,33 @@ def corpus_batches(seed: int, batch: int, length: int, start_step: int) -> Itera
     return corpus.batches(Tokenizer.default(), seed, batch, length, start_step=start_step)
 
 
+def tokenizer_of(config: PretrainConfig) -> Tokenizer:
+    """The corpus tokenizer a run trains with (`open_words` words per open class)."""
+    return Tokenizer.sized(config.open_words)
+
+
+def corpus_for(config: PretrainConfig) -> Batches:
+    """The corpus of a run's recipe: its tokenizer and its word distribution (`zipf`)."""
+    tokenizer = tokenizer_of(config)
+
+    def batches(seed: int, batch: int, length: int, start_step: int) -> Iterator[np.ndarray]:
+        return corpus.batches(tokenizer, seed, batch, length, start_step, config.zipf)
+
+    return batches
+
+
 def resolve_vocab(config: PretrainConfig) -> PretrainConfig:
-    """`vocab = 0` read as the default tokenizer's size."""
+    """`vocab = 0` read as the run's tokenizer's size."""
     if config.vocab:
         return config
-    return config.replace(vocab=Tokenizer.default().vocab_size)
-
-
-def merge(config: PretrainConfig, params: nnx.State) -> Backbone:
-    """A live model from one run's parameter state."""
-    abstract = nnx.eval_shape(lambda: Backbone(config.static, rngs=nnx.Rngs(0)))
-    return nnx.merge(nnx.split(abstract)[0], params)
+    return config.replace(vocab=tokenizer_of(config).vocab_size)
 
 
 def learning_rate(config: PretrainConfig, hyper: Hyper, step) -> Array:
-    """Linear warmup, then cosine decay to lr / 10 (`sims.schedule.warmup_cosine`)."""
+    """Linear warmup, then `config.schedule`: cosine decay to lr / 10
+    (`sims.schedule.warmup_cosine`) or the peak held (`warmup_constant`)."""
+    if config.schedule == "constant":
+        return warmup_constant(step, lr=hyper.lr, warmup=hyper.warmup, dtype=DTYPE)
     return warmup_cosine(step, lr=hyper.lr, warmup=hyper.warmup, steps=hyper.steps, dtype=DTYPE)
 
 
@@ -162,6 +175,19 @@ class History:
     timed_steps: int = 0
     tokens_per_second: float = 0.0
     flops_per_second: float = 0.0
+    # every `emergence_every` steps (`sims.pretrain.emergence`): per measurement, per seed
+    emergence_steps: list[int] = dataclasses.field(default_factory=list)
+    emergence_tokens: list[int] = dataclasses.field(default_factory=list)  # per seed
+    copy_accuracy: list[list[float]] = dataclasses.field(default_factory=list)
+    lookup_prefix: list[list[float]] = dataclasses.field(default_factory=list)
+    lookup_in_sequence: list[list[float]] = dataclasses.field(default_factory=list)
+    emergence_probe: dict = dataclasses.field(default_factory=dict)
+
+    def record_emergence(self, step: int, tokens: int, scores: dict) -> None:
+        self.emergence_steps.append(step)
+        self.emergence_tokens.append(tokens)
+        for name, values in scores.items():
+            getattr(self, name).append(values)
 
     def asdict(self) -> dict:
         return dataclasses.asdict(self)
@@ -232,7 +258,7 @@ def pretrain(
     Returns the loss curves; the runs' checkpoints are `checkpoint.seed_checkpoints(out_dir)`.
     """
     config = resolve_vocab(config)
-    data = corpus_batches if data is None else data
+    data = corpus_for(config) if data is None else data
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     static, hyper = config.static, Hyper.of(config)
@@ -251,6 +277,12 @@ def pretrain(
     streams = [_stream(data, config, s, start) for s in seeds]
     val_tokens = _validation_tokens(data, config) if config.val_batches else None
     every = config.checkpoint_every or config.steps
+    emergence = None
+    if config.emergence_every:
+        emergence = Emergence(config, tokenizer_of(config))
+        history.emergence_probe = emergence.describe()
+        if start == 0 and not history.emergence_steps:
+            history.record_emergence(0, 0, emergence.measure(states.params))
     tokens_per_step = config.seeds * config.batch * config.seq_len
     if progress is not None and progress.total is None:
         progress.plan(config.steps, done=start, warmups=1)
@@ -282,6 +314,15 @@ def pretrain(
                 progress.write(f"step {done}: loss {losses[:, -1].mean():.4f}, {shown}")
                 last_line = now
         first = False
+        if emergence is not None and (done % config.emergence_every == 0 or done == config.steps):
+            scores = emergence.measure(states.params)
+            history.record_emergence(done, done * config.batch * config.seq_len, scores)
+            if progress is not None:
+                progress.write(
+                    f"step {done}: copy {np.mean(scores['copy_accuracy']):.3f}, lookup "
+                    f"{np.mean(scores['lookup_prefix']):.3f} (prefix), "
+                    f"{np.mean(scores['lookup_in_sequence']):.3f} (in-sequence)"
+                )
         if done % every == 0 or done == config.steps:
             if history.train_seconds:
                 rate = history.timed_steps / history.train_seconds

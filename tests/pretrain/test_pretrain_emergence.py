@@ -1,0 +1,132 @@
+"""Emergence during pretraining and the recipe's knobs: the sized tokenizer, Zipfian words, the
+constant schedule, the lookup sized to a context, copy accuracy against a second computation."""
+
+import json
+
+import numpy as np
+import pytest
+
+from weakspots.idealized.pretrain import corpus
+from weakspots.idealized.pretrain.config import PretrainConfig
+from weakspots.idealized.pretrain.tokenizer import OPEN_CLASSES, Tokenizer
+from weakspots.sims.pretrain import emergence, lookup
+from weakspots.sims.pretrain.train import Hyper, learning_rate, logits_fn, merge, pretrain
+
+TINY = PretrainConfig(d_model=16, layers=1, heads=2, kv_heads=1, head_dim=8, mlp_hidden=16,
+                      seq_len=112, batch=2, steps=4, warmup=1, log_every=2, val_batches=1,
+                      emergence_every=2, open_words=40)  # fmt: skip
+
+
+def test_sized_tokenizer_keeps_every_id_below_the_open_classes():
+    default, small = Tokenizer.default(), Tokenizer.sized(40)
+    assert Tokenizer.sized(0) is default
+    assert small.vocab_size == default.vocab_size - sum(OPEN_CLASSES.values()) + 4 * 40
+    for name in ("special", "function", "animal", "name", "number"):
+        assert small.classes[name] == default.classes[name]
+    for name in OPEN_CLASSES:
+        words = [small.words[i] for i in small.classes[name]]
+        assert words == [default.words[i] for i in default.classes[name]][:40]
+    with pytest.raises(ValueError, match="--open-words"):
+        Tokenizer.sized(-1)
+
+
+def test_zipf_changes_only_which_open_word_is_drawn():
+    """The same random numbers: every token outside the open classes and the numbers is where
+    it was, and the drawn words follow P(rank i) ~ (i + 1)^-a (rank 1 against rank 2: 2^a)."""
+    tokenizer = Tokenizer.default()
+    uniform = corpus.batch_at(tokenizer, 3, 0, 64, 256)
+    zipf = corpus.batch_at(tokenizer, 3, 0, 64, 256, zipf=1.0)
+    open_ids = np.concatenate([tokenizer.class_ids(n) for n in (*OPEN_CLASSES, "number")])
+    closed = ~np.isin(uniform, open_ids)
+    np.testing.assert_array_equal(closed, ~np.isin(zipf, open_ids))
+    np.testing.assert_array_equal(uniform[closed], zipf[closed])
+    assert not np.array_equal(uniform, zipf)
+
+
+@pytest.mark.parametrize("exponent", [0.0, 1.0, 1.5])
+def test_drawn_words_follow_the_zipf_law(exponent):
+    """200,000 draws against P(rank i) = (i + 1)^-a / H: the chi-square of the first 20 ranks
+    and the tail below its 0.01% critical value (54.0 at 21 degrees of freedom; a rank off by
+    one gives thousands). Seed 0 at a = 1 draws 45.9 (p = 0.0014); seeds 1-9 give 14-23."""
+    ids = np.arange(100, 700)
+    drawn = corpus.draw_words(np.random.default_rng(0), ids, 200_000, exponent) - 100
+    weights = np.arange(1, 601, dtype=float) ** -exponent
+    p = weights / weights.sum()
+    observed = np.append(np.bincount(drawn, minlength=600)[:20], np.sum(drawn >= 20))
+    expected = 200_000 * np.append(p[:20], p[20:].sum())
+    chi2 = np.sum((observed - expected) ** 2 / expected)
+    assert chi2 < 54.0
+    assert (corpus.word_cdf(600, exponent) is None) == (exponent == 0)
+
+
+def test_constant_schedule_holds_the_peak_after_warmup():
+    config = TINY.replace(steps=100, warmup=4, lr=2e-3, schedule="constant")
+    hyper = Hyper.of(config)
+    rates = [float(learning_rate(config, hyper, np.int32(s))[0]) for s in (0, 3, 50, 99)]
+    assert rates == pytest.approx([0.5e-3, 2e-3, 2e-3, 2e-3])
+
+
+@pytest.mark.parametrize("shape", emergence.PROBE_LADDER)
+def test_probe_shapes_keep_the_lookups_guarantees(shape):
+    """Every rung: one query position, the target beyond the local window, equal means and
+    variances within the lattice's granularity by residue, and the paddings share targets."""
+    prompts = {p: shape.design(p) for p in lookup.PADDINGS}
+    stats = lookup.design_statistics(prompts["prefix"], emergence.PROBE_MODULUS)
+    assert len(stats["query_positions"]) == 1 and stats["local_window_clear"]
+    assert stats["mean_range"] <= lookup.MEAN_TOLERANCE
+    assert stats["variance_ratio"] < 1.1
+    first = [(p.target_position, p.answer) for p in prompts["prefix"]]
+    assert first == [(p.target_position, p.answer) for p in prompts["in-sequence"]]
+    for p in prompts["in-sequence"]:
+        records = p.tokens[: p.query_position - 2 * shape.demonstrations]
+        assert np.isin(records, Tokenizer.default().key_ids).sum() == shape.records
+        assert p.tokens[p.target_position + 1] == p.answer
+
+
+def test_probe_shape_is_the_largest_that_fits():
+    assert emergence.probe_shape(372) == emergence.PROBE_LADDER[0]
+    shape = emergence.probe_shape(128)
+    assert len(shape.design("prefix")[0].tokens) <= 128
+    longer = emergence.PROBE_LADDER[emergence.PROBE_LADDER.index(shape) - 1]
+    assert len(longer.design("prefix")[0].tokens) > 128
+    with pytest.raises(ValueError, match="--seq-len"):
+        emergence.probe_shape(40)
+
+
+def test_repeated_pairs_marks_second_mentions_only():
+    tok = Tokenizer.default()
+    row = tok.encode("<doc> the fox carol met the owl bob . the fox carol and owl bob . fox dave")
+    marked = emergence.repeated_pairs(np.array([row]), tok)[0]
+    assert [tok.words[row[t]] for t in np.flatnonzero(marked)] == ["fox", "owl"]
+    assert np.flatnonzero(marked).tolist() == [10, 13]
+
+
+def test_measure_agrees_with_scoring_each_seed_on_its_own(tmp_path):
+    """Copy and lookup accuracy of the vmapped measurement against each seed's logits
+    computed one seed at a time (`train.logits_fn`) and scored in numpy."""
+    config = TINY.replace(seeds=2, vocab=Tokenizer.sized(40).vocab_size)
+    history = pretrain(config, out_dir=tmp_path)
+    assert history.emergence_steps == [0, 2, 4]
+    assert history.emergence_tokens == [0, 2 * 2 * 112, 4 * 2 * 112]
+    stored = json.loads((tmp_path / "history.json").read_text())
+    assert stored["copy_accuracy"] == history.copy_accuracy
+    assert stored["emergence_probe"]["probe"]["length"] <= 112
+    probe = emergence.Emergence(config, Tokenizer.sized(40))
+    from weakspots.sims.pretrain import checkpoint
+
+    for r, directory in enumerate(checkpoint.seed_checkpoints(tmp_path)):
+        seed_config, params = checkpoint.load(directory)
+        logits = logits_fn(seed_config, params)
+        predicted = np.argmax(logits(probe.copy_inputs), -1)
+        copy = np.mean(predicted[probe.copy_mask] == probe.copy_targets[probe.copy_mask])
+        assert history.copy_accuracy[-1][r] == pytest.approx(copy)
+        prompts = probe.prompts["in-sequence"]
+        last = np.argmax(logits(np.stack([p.tokens for p in prompts]))[:, -1], -1)
+        expected = np.mean(last == [p.answer for p in prompts])
+        assert history.lookup_in_sequence[-1][r] == pytest.approx(expected)
+        assert merge(seed_config, params).config.vocab == config.vocab
+
+
+def test_law_tokens():
+    assert emergence.induction_law_tokens(32, 512) == pytest.approx(10**5.7 * 128)
+    assert emergence.induction_law_tokens(4, 128) / 1e6 == pytest.approx(11.34, abs=0.01)

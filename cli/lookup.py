@@ -67,6 +67,7 @@ def register(verbs) -> None:
         default=None,
         help="prompt length in tokens (default: the shortest that fits)",
     )
+    add_size_flags(parser)
     parser.add_argument("--batch", type=int, default=64, help="prompts per forward pass")
     parser.add_argument(
         "--tokens",
@@ -77,13 +78,26 @@ def register(verbs) -> None:
     parser.set_defaults(handler=run_lookup)
 
 
+def add_size_flags(parser: argparse.ArgumentParser) -> None:
+    """`--records`, `--demonstrations`: the paper's 64 and 8, fewer for a short context."""
+    parser.add_argument(
+        "--records", type=int, default=64,
+        help="key-value records per prompt (the paper's 64; fewer fit a shorter context)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--demonstrations", type=int, default=8,
+        help="records repeated after them as demonstrations (the paper's 8)",
+    )  # fmt: skip
+
+
 def _design(args: argparse.Namespace):
     from weakspots.sims.pretrain import lookup
 
     try:
         return lookup.design(
             args.padding, modulus=args.modulus, prompts_per_residue=args.prompts_per_residue,
-            seed=args.seed, length=args.length, spread=args.spread,
+            seed=args.seed, length=args.length, spread=args.spread, records=args.records,
+            demonstrations=args.demonstrations,
         )  # fmt: skip
     except ValueError as error:
         raise common.UsageError(str(error)) from None
@@ -97,6 +111,8 @@ def design_report(args: argparse.Namespace, prompts) -> dict:
         "modulus": args.modulus,
         "prompts_per_residue": args.prompts_per_residue,
         "seed": args.seed,
+        "records": args.records,
+        "demonstrations": args.demonstrations,
         "length": int(prompts[0].tokens.size),
         "statistics": lookup.design_statistics(prompts, args.modulus),
     }
@@ -119,7 +135,6 @@ def evaluate_checkpoints(dirs: list[Path], prompts, batch: int, progress=None) -
     from weakspots.idealized.pretrain.tokenizer import Tokenizer
     from weakspots.sims.pretrain import lookup
 
-    vocab = Tokenizer.default().vocab_size
     length = int(prompts[0].tokens.size)
     results = []
     for directory in dirs:
@@ -127,6 +142,7 @@ def evaluate_checkpoints(dirs: list[Path], prompts, batch: int, progress=None) -
             config, logits_fn = lookup.checkpoint_scorer(directory)
         except (FileNotFoundError, ValueError) as error:
             raise common.UsageError(f"--checkpoint: {error}") from None
+        vocab = Tokenizer.sized(config.open_words).vocab_size
         if config.vocab != vocab:
             raise common.UsageError(
                 f"--checkpoint: {directory} has a vocabulary of {config.vocab} tokens, the "

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from . import common
-from .lookup import checkpoint_dirs
+from .lookup import add_size_flags, checkpoint_dirs
 
 DELTAS = (-3, -2, -1, 1, 2, 3)
 
@@ -29,6 +29,7 @@ def _design_flags(parser: argparse.ArgumentParser, per_residue: int) -> None:
     parser.add_argument(
         "--length", type=int, default=None, help="prompt length (default: shortest)"
     )
+    add_size_flags(parser)
     parser.add_argument("--batch", type=int, default=64, help="prompts per forward pass")
 
 
@@ -117,7 +118,7 @@ def _checkpoints(args):
             config, params = checkpoint.load(directory)
         except (FileNotFoundError, ValueError) as error:
             raise common.UsageError(f"--checkpoint: {error}") from None
-        if config.vocab != Tokenizer.default().vocab_size:
+        if config.vocab != Tokenizer.sized(config.open_words).vocab_size:
             raise common.UsageError(
                 f"--checkpoint: {directory} has a vocabulary of {config.vocab} tokens, not the "
                 "corpus tokenizer's"
@@ -131,7 +132,8 @@ def _prompts(args, seed_offset: bool = False, per_residue=None):
 
     if args.batch < 1:
         raise common.UsageError(f"--batch: must be at least 1, got {args.batch}")
-    kwargs = dict(modulus=args.modulus, length=args.length, spread=args.spread)
+    kwargs = dict(modulus=args.modulus, length=args.length, spread=args.spread,
+                  records=args.records, demonstrations=args.demonstrations)  # fmt: skip
     try:
         if seed_offset:
             return mechanism.calibration_design(args.padding, per_residue, seed=args.seed, **kwargs)
@@ -201,12 +203,16 @@ def run_gates(args: argparse.Namespace) -> int:
                     f"--checkpoint: {path} is a seed; --over-training reads run dirs"
                 )
             config = checkpoint.read_config(path)
-            tokens = mechanism.corpus_tokens(args.rows, args.length or config.seq_len)
+            tokens = mechanism.corpus_tokens(
+                args.rows, args.length or config.seq_len, config=config
+            )
             out = _run(mechanism.gate_trajectory, path, tokens, _progress(args, "gates"))
             results.append({"run": str(path), **out})
     else:
         for directory, config, params in _checkpoints(args):
-            tokens = mechanism.corpus_tokens(args.rows, args.length or config.seq_len)
+            tokens = mechanism.corpus_tokens(
+                args.rows, args.length or config.seq_len, config=config
+            )
             out = _run(mechanism.gate_concentration, params, config, tokens)
             results.append({"checkpoint": str(directory), **out})
     if args.json:

@@ -40,7 +40,6 @@ from weakspots.idealized.induction import effective_offsets
 from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.attention import windows_of
 from weakspots.idealized.pretrain.config import PretrainConfig
-from weakspots.idealized.pretrain.tokenizer import Tokenizer
 from weakspots.sims.pretrain import checkpoint, lookup, train
 
 Checkpoint = tuple[PretrainConfig, nnx.State]
@@ -274,9 +273,17 @@ def hurt_residues(result: dict) -> list[list[int]]:
 # ----------------------------------------------------------------------------- gates
 
 
-def corpus_tokens(batch: int = 8, length: int = 512, seed: int = train.VALIDATION_SEED):
-    """`(batch, length)` int32 of held-out corpus text (the validation stream's first batch)."""
-    rows = next(iter(corpus.batches(Tokenizer.default(), seed, batch, length, start_step=0)))
+def corpus_tokens(
+    batch: int = 8,
+    length: int = 512,
+    seed: int = train.VALIDATION_SEED,
+    config: PretrainConfig | None = None,
+):
+    """`(batch, length)` int32 of held-out corpus text (the validation stream's first batch),
+    in the corpus of `config`'s recipe (its vocabulary and word distribution; default: the
+    default corpus)."""
+    config = config or PretrainConfig()
+    rows = corpus.batch_at(train.tokenizer_of(config), seed, 0, batch, length, config.zipf)
     return np.asarray(rows[:, :length], np.int32)
 
 
@@ -334,7 +341,7 @@ def gate_concentration(params: nnx.State, config: PretrainConfig, tokens=None) -
     window and stride; `peaks` (`gate_peaks`). Uniform gates give W and W; a one-hot gate 1
     and 1.
     """
-    tokens = corpus_tokens(length=config.seq_len) if tokens is None else tokens
+    tokens = corpus_tokens(length=config.seq_len, config=config) if tokens is None else tokens
     alphas = gate_weights(params, config, tokens)
     out = {"window": config.window, "stride": config.stride, "gate": config.gate,
            "layers": config.layers, "branches": {}}  # fmt: skip
@@ -400,7 +407,7 @@ def gate_trajectory(run_dir: str | Path, tokens=None, progress=None) -> dict:
         for directory in dirs:
             config, params = checkpoint.load(directory)
             if tokens is None:
-                tokens = corpus_tokens(length=config.seq_len)
+                tokens = corpus_tokens(length=config.seq_len, config=config)
             rows.append(gate_concentration(params, config, tokens))
         seeds = [checkpoint.read_config(d).seed for d in dirs]
         steps.append(step)

@@ -350,7 +350,8 @@ def test_cli_text_reports_read_their_numbers():
     assert "gap 0.750 (best residue 1, worst 2" in text and "dominant period 2" in text
     assert "mean accuracy 0.688" in text
     prompts = lookup.design("in-sequence", modulus=4, prompts_per_residue=4)
-    args = argparse.Namespace(padding="in-sequence", modulus=4, prompts_per_residue=4, seed=0)
+    args = argparse.Namespace(padding="in-sequence", modulus=4, prompts_per_residue=4, seed=0,
+                              records=64, demonstrations=8)  # fmt: skip
     design = cli.design_text(cli.design_report(args, prompts))
     length = prompts[0].tokens.size
     assert f"16 prompts of {length} tokens" in design and f"query position [{length - 1}]" in design

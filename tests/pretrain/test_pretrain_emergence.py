@@ -130,3 +130,37 @@ def test_measure_agrees_with_scoring_each_seed_on_its_own(tmp_path):
 def test_law_tokens():
     assert emergence.induction_law_tokens(32, 512) == pytest.approx(10**5.7 * 128)
     assert emergence.induction_law_tokens(4, 128) / 1e6 == pytest.approx(11.34, abs=0.01)
+
+
+def test_recipe_commands_parse_back_to_their_configs():
+    from weakspots.cli import build_parser
+    from weakspots.cli.pretrain import pretrain_config
+    from weakspots.sims.experiments.pretrain import recipes
+
+    parser = build_parser(("lm",))
+    for name in recipes.RECIPES:
+        argv = recipes.command(name, "runs/x").split()[1:]
+        assert pretrain_config(parser.parse_args(argv)) == recipes.recipe_config(name)
+
+
+def test_crossing_interpolates_the_mean_over_seeds():
+    from weakspots.sims.experiments.pretrain.emergence import crossing
+
+    tokens = [0, 100, 200, 300]
+    accuracy = [[0.0, 0.0], [0.2, 0.4], [0.6, 0.8], [0.9, 0.9]]  # means 0, 0.3, 0.7, 0.9
+    assert crossing(tokens, accuracy) == pytest.approx(150.0)
+    assert crossing(tokens, accuracy, threshold=0.95) is None
+    assert crossing(tokens, [[0.6, 0.6]] + accuracy[1:]) == 0.0
+
+
+def test_a_recorded_run_directory_reads_back_as_the_experiment_reads_it(tmp_path):
+    from weakspots.sims.experiments.pretrain import emergence as experiment
+    from weakspots.sims.experiments.pretrain import recipes
+
+    config = TINY.replace(emergence_every=4)
+    pretrain(config, out_dir=tmp_path / "tiny")
+    entry = recipes.entry("tiny", tmp_path / "tiny", "test machine")
+    assert entry["tokens"] == [0, 4 * 2 * 112] and len(entry["copy_accuracy"]) == 2
+    assert entry["law_tokens"] == pytest.approx(emergence.induction_law_tokens(2, 112))
+    summary = experiment.summarise(json.loads(json.dumps(entry)))
+    assert summary["copy"]["final"] == pytest.approx(np.mean(entry["copy_accuracy"][-1]))

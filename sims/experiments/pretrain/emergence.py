@@ -1,113 +1,30 @@
-"""When does pretraining on the corpus teach copying, and the lookup? Recipes on one machine.
+"""When does pretraining on the corpus teach copying, and the lookup? The recorded recipes.
 
-Each recipe is a `weakspots lm pretrain` command with `--emergence-every` (full attention, two
-seeds vmapped): its `history.json` holds, every K steps, the copy accuracy at held-out
-induction positions of its own corpus and a small lookup probe under both paddings
-(`sims.pretrain.emergence`). `record` turns run directories into `runs/emergence.json`: a
-list of recipes, each with `recipe` (its config), `command`, `tokens` (per seed, one entry
-per measurement), `copy_accuracy`, `lookup_accuracy` (`prefix`, `in-sequence`; per
-measurement, one value per seed), `tokens_per_second` (all seeds together) and the machine.
-
-The comparison is with the emergence law of induction heads, `10^5.7 sqrt(B C)` training
-tokens (`sims.pretrain.emergence.induction_law_tokens`); it was fitted on other corpora and
-models and speaks of induction heads, not of a 50% copy accuracy, so the rows are findings.
-
-    python -m weakspots.sims.experiments.pretrain.emergence run --results DIR
-    python -m weakspots.sims.experiments.pretrain.emergence record --results DIR
+Reads `runs/emergence.json` (written by `sims.experiments.pretrain.recipes record`): per
+recipe, the copy accuracy at held-out induction positions of its own corpus and a small
+lookup probe under both paddings against training tokens (`sims.pretrain.emergence`). Rows
+compare the tokens to a 50% copy accuracy with the emergence law of induction heads,
+`10^5.7 sqrt(B C)` tokens (`sims.pretrain.emergence.induction_law_tokens`); the law was
+fitted on other corpora and models and speaks of induction heads, not of a 50% copy
+accuracy, so the rows are findings. `tiny` draws made-up curves (a pipeline test).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import shlex
-import subprocess
-import sys
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 
-from weakspots.idealized.pretrain.config import PretrainConfig
 from weakspots.sims.experiments.experiment import Experiment, Row, Table
 from weakspots.sims.experiments.pretrain import ENGINE
-from weakspots.sims.experiments.pretrain.sweep import argv_of, machine
 from weakspots.sims.pretrain.emergence import induction_law_tokens
 
-RECORDING = "emergence.json"
+RECORDING = "emergence.json"  # `recipes record` writes it
 THRESHOLD = 0.5  # "emerged": half the positions right
 PADDINGS = ("prefix", "in-sequence")
-
-SHAPE = dict(attention="full", d_model=128, layers=2, heads=4, kv_heads=1, head_dim=32,
-             mlp_hidden=384, seq_len=128, seeds=2, log_every=50, emergence_every=1000,
-             checkpoint_every=2000, lr=3e-3, warmup=100)  # fmt: skip
-"""What every recipe shares: the issue's small full-attention backbone, two seeds."""
-
-RECIPES: dict[str, dict] = {
-    "reference": dict(batch=4, steps=24000),
-    "zipf": dict(batch=4, steps=24000, open_words=64, zipf=1.0),
-    "zipf-constant": dict(batch=4, steps=24000, open_words=64, zipf=1.0, schedule="constant"),
-    "zipf-constant-b2": dict(batch=2, steps=32000, open_words=64, zipf=1.0, schedule="constant"),
-}
-"""Each recipe changes one thing from the one before: the corpus's vocabulary (64 words per
-open class) and Zipfian words, then a learning rate held after warmup, then half the batch
-(B x C = 256: the law's tokens fall by sqrt 2; more steps)."""
-
-
-def recipe_config(name: str) -> PretrainConfig:
-    return PretrainConfig(**{**SHAPE, **RECIPES[name]})
-
-
-def command(name: str, out: str) -> str:
-    return shlex.join(["weakspots", *argv_of(recipe_config(name), out)])
-
-
-def run_recipes(results: Path, names=None) -> None:
-    """Run each recipe's command into `results/<name>` (rerunning resumes each)."""
-    results.mkdir(parents=True, exist_ok=True)
-    for name in names or RECIPES:
-        argv = [sys.executable, "-m", "weakspots", *argv_of(recipe_config(name), name)]
-        with open(results / f"{name}.json", "w") as out:
-            subprocess.run(argv, cwd=results, stdout=out, check=True)
-
-
-def entry(name: str, run_dir: Path, machine_name: str) -> dict:
-    """One recipe's recording from its run directory's `config.json` and `history.json`."""
-    config = json.loads((run_dir / "config.json").read_text())
-    history = json.loads((run_dir / "history.json").read_text())
-    return {
-        "name": name,
-        "recipe": config,
-        "command": command(name, f"runs/emergence/{name}"),
-        "steps": history["emergence_steps"],
-        "tokens": history["emergence_tokens"],
-        "copy_accuracy": history["copy_accuracy"],
-        "lookup_accuracy": {
-            "prefix": history["lookup_prefix"],
-            "in-sequence": history["lookup_in_sequence"],
-        },
-        "probe": history["emergence_probe"],
-        "tokens_per_second": history["tokens_per_second"],
-        "train_seconds": history["train_seconds"],
-        "val_loss": history["val_loss"],
-        "val_steps": history["val_steps"],
-        "law_tokens": induction_law_tokens(config["batch"], config["seq_len"]),
-        "machine": machine_name,
-    }
-
-
-def record(results: Path, out: Path, names=None) -> list[dict]:
-    machine_name = machine()
-    entries = [
-        entry(name, results / name, machine_name)
-        for name in names or RECIPES
-        if (results / name / "history.json").exists()
-    ]
-    out.write_text(json.dumps(entries, indent=1) + "\n")
-    return entries
-
 
 # ----------------------------------------------------------------------------- the experiment
 
@@ -160,7 +77,7 @@ def planted() -> list[dict]:
     out = []
     for name, copy in (("planted-early", [0.0, 0.3, 0.7, 0.9]), ("planted-never", [0.0] * 4)):
         out.append({
-            "name": name, "recipe": {**SHAPE, "batch": 4, "seeds": 2}, "command": "planted",
+            "name": name, "recipe": {"batch": 4, "seq_len": 128, "seeds": 2}, "command": "planted",
             "tokens": tokens, "copy_accuracy": [[c, c] for c in copy],
             "lookup_accuracy": {p: [[c / 2, c / 2] for c in copy] for p in PADDINGS},
             "tokens_per_second": 10_000.0, "law_tokens": induction_law_tokens(4, 128),
@@ -246,26 +163,3 @@ EXPERIMENT = Experiment(
     study=__package__,
     engine=ENGINE,
 )
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("run", "record", "commands"))
-    parser.add_argument("--results", type=Path, default=Path("runs/emergence"))
-    parser.add_argument("--recipes", nargs="*", choices=tuple(RECIPES), default=None)
-    parser.add_argument("--out", type=Path, default=None, help="record: where (default: runs/)")
-    args = parser.parse_args(argv)
-    if args.action == "commands":
-        for name in args.recipes or RECIPES:
-            print(command(name, str(args.results / name)))
-    elif args.action == "run":
-        run_recipes(args.results, args.recipes)
-    else:
-        out = args.out or Path(str(resources.files(__package__))) / "runs" / RECORDING
-        entries = record(args.results, out, args.recipes)
-        print(f"recorded {len(entries)} recipe(s) in {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

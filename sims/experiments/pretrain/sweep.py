@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from weakspots.idealized.pretrain.config import PretrainConfig
+from weakspots.sims.experiments.pretrain.commands import argv_of, machine
 
 PRETRAIN_DESIGNS: dict[str, dict] = {
     "full_1kv": dict(attention="full", kv_heads=1),
@@ -65,21 +66,6 @@ def config(design: str, size: str, steps: int) -> PretrainConfig:
 def pretrain_argv(design: str, size: str, steps: int, out: str) -> list[str]:
     """`weakspots lm pretrain` flags for every field that differs from the default."""
     return argv_of(config(design, size, steps), out)
-
-
-def argv_of(chosen: PretrainConfig, out: str) -> list[str]:
-    """`weakspots lm pretrain --out OUT` with a flag for every field of `chosen` that differs
-    from the default, then `--json --quiet`."""
-    default = PretrainConfig()
-    argv = ["lm", "pretrain", "--out", out]
-    for name, value in chosen.asdict().items():
-        if value != getattr(default, name):
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool):
-                argv.append(flag if value else "--no-" + flag[2:])
-            else:
-                argv += [flag, str(value)]
-    return argv + ["--json", "--quiet"]
 
 
 def lookup_argv(out: str, padding: str, size: str, prompts: int = PAPER_PROMPTS) -> list[str]:
@@ -223,29 +209,6 @@ def _tail(path: Path, chars: int = 3000) -> str:
 def _write(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj) + "\n")
-
-
-def machine() -> str:
-    """The accelerator (or CPU) jax runs on, in words: the CPU's model and cores, jax's and
-    jaxlib's (XLA's) versions, and the load average when asked."""
-    import jax  # the designs as command lines need no jax; only this report does
-    import jaxlib
-
-    device = jax.devices()[0]
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"{device.platform}: {getattr(device, 'device_kind', '?')}; CPU {cpu} x "
-        f"{os.cpu_count()} cores; jax {jax.__version__}, jaxlib (XLA) {jaxlib.__version__}; "
-        f"load {load:.1f}"
-    )
 
 
 def record(

@@ -6,9 +6,10 @@ import numpy as np
 from weakspots.figures.style import COLORS, legend_below, letter_panels, panel_grid
 
 CAPTION = (
-    "The paper's lookup (64 one-token animal->name records, 8 demonstrations, a target key; "
-    "top-1 over the full vocabulary) on models pretrained on the project's corpus, which never "
-    "shows it: accuracy by the target key's position modulo 24, every residue group with the "
+    "The paper's lookup (64 one-token animal->name records, 8 demonstrations, a target key, or "
+    "fewer records in a shorter context; top-1 over the full vocabulary) on models pretrained on "
+    "the project's corpus, which never shows it: accuracy by the target key's position modulo "
+    "24 (or a smaller multiple of every stride), every residue group with the "
     "same query position and the same mean and variance of the target position; one panel per "
     "compressed design, prefix padding (records move together) and in-sequence padding (the gaps "
     "between records vary), beside the full-attention control with as many KV heads (prefix).",
@@ -62,7 +63,8 @@ def make(results, predictions=None):
         stride = mine[next(iter(mine))]["stride"]
         for start in range(0, mine[next(iter(mine))]["modulus"], stride):
             ax.axvline(start - 0.5, color="0.85", lw=0.6, zorder=0)
-        ax.set_xlabel(f"target key position mod 24 (grid: windows of S = {stride})")
+        modulus = mine[next(iter(mine))]["modulus"]
+        ax.set_xlabel(f"target key position mod {modulus} (grid: windows of S = {stride})")
         ax.set_ylabel("top-1 accuracy (%)")
         ax.set_ylim(0, 100)
         ax.set_title(f"{label}\n{_title(mine.get('prefix'))}", loc="left", fontsize=8)

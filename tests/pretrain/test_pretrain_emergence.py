@@ -164,3 +164,29 @@ def test_a_recorded_run_directory_reads_back_as_the_experiment_reads_it(tmp_path
     assert entry["law_tokens"] == pytest.approx(emergence.induction_law_tokens(2, 112))
     summary = experiment.summarise(json.loads(json.dumps(entry)))
     assert summary["copy"]["final"] == pytest.approx(np.mean(entry["copy_accuracy"][-1]))
+
+
+def test_synthetic_induction_rows_repeat_and_variants_parse():
+    from weakspots.benchmarks import synthetic_induction as bench
+
+    rows = next(bench.repeats(1, 3, 128, 0))
+    half = (128 + 1) // 2 + 1
+    np.testing.assert_array_equal(rows[:, half : 2 * half][:, : 129 - half], rows[:, : 129 - half])
+    assert rows.min() >= 3 and rows.max() < bench.VOCAB
+    config = bench.variant_config("qk_norm=0,lr=0.001", 100)
+    assert config.qk_norm is False and config.lr == 1e-3 and config.steps == 100
+    assert bench.variant_config("base", 10) == PretrainConfig(**bench.BASE, steps=10)
+
+
+@pytest.mark.slow
+def test_synthetic_induction_runs_and_scores(tmp_path):
+    from weakspots.benchmarks import synthetic_induction as bench
+
+    out = tmp_path / "rows.json"
+    assert (
+        bench.main(["--variants", "lr=0.001", "--steps", "4", "--every", "2", "--json", str(out)])
+        == 0
+    )
+    result = json.loads(out.read_text())["results"][0]
+    assert [r["step"] for r in result["rows"]] == [2, 4]
+    assert all(0.0 <= r["copy_accuracy"] <= 1.0 for r in result["rows"])

@@ -38,15 +38,10 @@ RECIPES: dict[str, dict] = {
     "reference": dict(batch=4, steps=24000, lr=3e-3),
     "lr1e-3": dict(batch=4, steps=12000, lr=1e-3),
     "lr1e-3-rope1e4-zipf-constant": dict(
-        batch=4,
-        steps=12000,
-        lr=1e-3,
-        rope_theta=10_000.0,
-        open_words=64,
-        zipf=1.0,
-        schedule="constant",
+        batch=4, steps=60000, lr=1e-3, rope_theta=10_000.0, open_words=64, zipf=1.0,
+        schedule="constant", checkpoint_every=1000,
     ),  # fmt: skip
-    "batch16": dict(batch=16, steps=3000, lr=3e-3, emergence_every=250),
+    "batch16": dict(batch=16, steps=2000, lr=3e-3, emergence_every=250),
 }
 """The issue's starting recipe (`reference`: B x C = 4 x 128, peak lr 3e-3, cosine, RoPE base
 1e6, the full corpus), then the peak lr alone lowered to 1e-3 (on repeated random tokens this

@@ -55,7 +55,8 @@ def variant_config(variant: str, steps: int) -> PretrainConfig:
 
 
 def run(variant: str, steps: int, every: int) -> dict:
-    config = variant_config(variant, steps).replace(checkpoint_every=every)
+    config = variant_config(variant, steps)
+    config = config.replace(log_every=min(config.log_every, every), checkpoint_every=every)
     held = next(repeats(99, 16, config.seq_len, 0))
     rows = []
     with tempfile.TemporaryDirectory() as out:

@@ -8,6 +8,11 @@ written to its `history.json` (docs/pretraining.md, "Emergence"):
   corpus (`COPY_ROWS` rows of the validation stream at batch index `COPY_STEP`, which no
   validation loss reads). Only looking back in context predicts such a name: the
   induction the lookup needs.
+* **contested copy accuracy**: the same on the positions where at least `CONTESTED` distinct
+  names came earlier in the document, beside the chance of naming the right one by picking
+  uniformly among them (`copy_chance_contested` in `describe()`): a model that recalls "a
+  name from this document" without matching the key scores that chance; only key-specific
+  copying (induction) rises above it. The lookup needs the key-specific kind.
 * **lookup accuracy**: the lookup (`sims.pretrain.lookup`) under both paddings, sized to the
   training context (`probe_shape`: fewer records and demonstrations when `seq_len` is
   short), `PROBE_PER_RESIDUE` prompts per residue modulo `PROBE_MODULUS`.
@@ -18,7 +23,9 @@ written to its `history.json` (docs/pretraining.md, "Emergence"):
 from __future__ import annotations
 
 import dataclasses
+import json
 from functools import partial
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -28,10 +35,11 @@ from weakspots.idealized.pretrain import corpus
 from weakspots.idealized.pretrain.config import PretrainConfig
 from weakspots.idealized.pretrain.model import merge
 from weakspots.idealized.pretrain.tokenizer import Tokenizer
-from weakspots.sims.pretrain import lookup
+from weakspots.sims.pretrain import checkpoint, lookup
 
 COPY_STEP = 1_000_003  # the validation stream's batch index of the copy set
 COPY_ROWS = 64
+CONTESTED = 3  # distinct earlier names at a contested copy position
 PROBE_MODULUS = 8  # a multiple of every stride the minimal sweep runs (4 and 8)
 PROBE_PER_RESIDUE = 8  # a multiple of the modulus: equal means by residue
 PROBE_SEED = 7
@@ -98,11 +106,26 @@ def repeated_pairs(tokens: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
     return repeated
 
 
+def earlier_names(tokens: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
+    """`(rows, T - 1)` int: distinct names (`value_ids`) among tokens `0..t` of the row, the
+    candidates a name-recalling model chooses among when it predicts token t + 1."""
+    is_name = np.isin(tokens[:, :-1], tokenizer.value_ids)
+    out = np.zeros(is_name.shape, dtype=np.int64)
+    for row in range(len(tokens)):
+        seen: set[int] = set()
+        for t in range(is_name.shape[1]):
+            if is_name[row, t]:
+                seen.add(int(tokens[row, t]))
+            out[row, t] = len(seen)
+    return out
+
+
 class Emergence:
     """The held-out copy set and the lookup probe of one run's config, and their scores.
 
     `measure(params)` takes every seed's parameters stacked `(R, ...)` and returns
-    `{"copy_accuracy": [R], "lookup_prefix": [R], "lookup_in_sequence": [R]}`.
+    `{"copy_accuracy": [R], "copy_accuracy_contested": [R], "lookup_prefix": [R],
+    "lookup_in_sequence": [R]}`.
     """
 
     def __init__(self, config: PretrainConfig, tokenizer: Tokenizer):
@@ -113,6 +136,8 @@ class Emergence:
         self.copy_inputs = held[:, :-1].astype(np.int32)
         self.copy_targets = held[:, 1:]
         self.copy_mask = repeated_pairs(held, tokenizer)
+        self.candidates = earlier_names(held, tokenizer)
+        self.contested = self.copy_mask & (self.candidates >= CONTESTED)
         self.shape = probe_shape(config.seq_len)
         self.prompts = {p: self.shape.design(p) for p in lookup.PADDINGS}
 
@@ -120,7 +145,8 @@ class Emergence:
         predicted = np.asarray(predictions_many(self.config, params, self.copy_inputs))
         hits = predicted == self.copy_targets[None]
         copy = hits[:, self.copy_mask].mean(axis=1)
-        out = {"copy_accuracy": copy.tolist()}
+        contested = hits[:, self.contested].mean(axis=1)
+        out = {"copy_accuracy": copy.tolist(), "copy_accuracy_contested": contested.tolist()}
         for padding, prompts in self.prompts.items():
             tokens = np.stack([p.tokens for p in prompts]).astype(np.int32)
             answers = np.array([p.answer for p in prompts])
@@ -131,6 +157,9 @@ class Emergence:
     def describe(self) -> dict:
         return {
             "copy_positions": int(self.copy_mask.sum()),
+            "copy_chance": float(np.mean(1.0 / self.candidates[self.copy_mask])),
+            "contested_positions": int(self.contested.sum()),
+            "copy_chance_contested": float(np.mean(1.0 / self.candidates[self.contested])),
             "copy_rows": COPY_ROWS,
             "probe": dataclasses.asdict(self.shape)
             | {
@@ -139,6 +168,28 @@ class Emergence:
                 "length": int(self.prompts["prefix"][0].tokens.size),
             },
         }
+
+
+def rescore(run_dir, config: PretrainConfig, tokenizer: Tokenizer) -> dict[str, list]:
+    """`Emergence.measure` on a finished run's checkpoints: every kept one
+    (`<run_dir>/checkpoints/step-<n>/`, `lm pretrain --keep-checkpoints`) and the last,
+    `{"steps": [...], <measure's keys>: [[per seed], ...]}` in step order. For runs recorded
+    before a measurement existed (the contested copy accuracy)."""
+    run_dir = Path(run_dir)
+    kept = sorted(run_dir.glob("checkpoints/step-*"), key=lambda d: int(d.name.split("-")[1]))
+    last = json.loads((run_dir / "history.json").read_text())["steps"][-1]
+    places = [(int(d.name.split("-")[1]), d) for d in kept]
+    if not places or places[-1][0] != last:
+        places.append((last, run_dir))
+    probe = Emergence(config, tokenizer)
+    out: dict[str, list] = {"steps": []}
+    for step, directory in places:
+        seeds = [checkpoint.load(d)[1] for d in checkpoint.seed_checkpoints(directory)]
+        params = jax.tree.map(lambda *leaves: np.stack(leaves), *seeds)
+        out["steps"].append(step)
+        for name, values in probe.measure(params).items():
+            out.setdefault(name, []).append(values)
+    return out
 
 
 @partial(jax.jit, static_argnums=0)
@@ -166,5 +217,6 @@ __all__ = [
     "ProbeShape",
     "induction_law_tokens",
     "probe_shape",
+    "rescore",
     "repeated_pairs",
 ]

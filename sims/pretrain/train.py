@@ -179,6 +179,7 @@ class History:
     emergence_steps: list[int] = dataclasses.field(default_factory=list)
     emergence_tokens: list[int] = dataclasses.field(default_factory=list)  # per seed
     copy_accuracy: list[list[float]] = dataclasses.field(default_factory=list)
+    copy_accuracy_contested: list[list[float]] = dataclasses.field(default_factory=list)
     lookup_prefix: list[list[float]] = dataclasses.field(default_factory=list)
     lookup_in_sequence: list[list[float]] = dataclasses.field(default_factory=list)
     emergence_probe: dict = dataclasses.field(default_factory=dict)
@@ -319,7 +320,8 @@ def pretrain(
             history.record_emergence(done, done * config.batch * config.seq_len, scores)
             if progress is not None:
                 progress.write(
-                    f"step {done}: copy {np.mean(scores['copy_accuracy']):.3f}, lookup "
+                    f"step {done}: copy {np.mean(scores['copy_accuracy']):.3f} (contested "
+                    f"{np.mean(scores['copy_accuracy_contested']):.3f}), lookup "
                     f"{np.mean(scores['lookup_prefix']):.3f} (prefix), "
                     f"{np.mean(scores['lookup_in_sequence']):.3f} (in-sequence)"
                 )

@@ -190,3 +190,21 @@ def test_synthetic_induction_runs_and_scores(tmp_path):
     result = json.loads(out.read_text())["results"][0]
     assert [r["step"] for r in result["rows"]] == [2, 4]
     assert all(0.0 <= r["copy_accuracy"] <= 1.0 for r in result["rows"])
+
+
+def test_earlier_names_count_distinct_names_up_to_each_position():
+    tok = Tokenizer.default()
+    row = tok.encode("<doc> the fox carol met the owl bob . carol and the fox carol")
+    counts = emergence.earlier_names(np.array([row]), tok)[0]
+    # positions 0..T-2; carol at 3, bob at 7, carol again at 9 and 13
+    assert counts.tolist() == [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2]
+
+
+def test_rescoring_the_last_checkpoint_repeats_the_last_measurement(tmp_path):
+    config = TINY.replace(seeds=2, emergence_every=4, checkpoint_every=2)
+    history = pretrain(config, out_dir=tmp_path, keep_checkpoints=True)
+    scores = emergence.rescore(tmp_path, config.replace(vocab=Tokenizer.sized(40).vocab_size),
+                               Tokenizer.sized(40))  # fmt: skip
+    assert scores["steps"] == [2, 4]
+    assert scores["copy_accuracy_contested"][-1] == history.copy_accuracy_contested[-1]
+    assert scores["lookup_prefix"][-1] == history.lookup_prefix[-1]

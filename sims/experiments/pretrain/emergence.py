@@ -18,6 +18,7 @@ from importlib import resources
 
 import numpy as np
 
+from weakspots.idealized import metrics
 from weakspots.sims.experiments.experiment import Experiment, Row, Table
 from weakspots.sims.experiments.pretrain import ENGINE
 from weakspots.sims.pretrain.emergence import induction_law_tokens
@@ -53,6 +54,9 @@ def crossing(tokens, accuracy, threshold: float = THRESHOLD) -> float | None:
 
 
 def summarise(recipe: dict) -> dict:
+    """A recipe's crossings of 50% (tokens, seconds), final and best values, and its contested
+    copy accuracy at the last checkpoint with its interval (seeds as clusters) beside the
+    name-recall chance."""
     seeds = recipe["recipe"]["seeds"]
     per_token = seeds / recipe["tokens_per_second"] if recipe["tokens_per_second"] else math.nan
     out = {"name": recipe["name"], "law_tokens": recipe["law_tokens"], "seeds": seeds}
@@ -68,20 +72,29 @@ def summarise(recipe: dict) -> dict:
         }
     out["tokens"] = recipe["tokens"][-1]
     out["tokens_per_second"] = recipe["tokens_per_second"]
+    probe = recipe["probe"]
+    out["copy_chance"] = probe["copy_chance"]
+    out["contested_chance"] = probe["copy_chance_contested"]
+    last = recipe["copy_accuracy_contested"]["accuracy"][-1]
+    mean, lo, hi = metrics.cluster_interval(last, probe["contested_positions"])
+    out["contested"] = {"tokens": recipe["copy_accuracy_contested"]["tokens"][-1],
+                        "final": mean, "interval": [lo, hi]}  # fmt: skip
     return out
 
 
 def planted() -> list[dict]:
     """Two made-up recipes (tiny: a test of the pipeline, not a measurement)."""
     tokens = [0, 1_000_000, 2_000_000, 3_000_000]
+    probe = {"copy_chance": 0.55, "copy_chance_contested": 0.29, "contested_positions": 136}
     out = []
     for name, copy in (("planted-early", [0.0, 0.3, 0.7, 0.9]), ("planted-never", [0.0] * 4)):
         out.append({
             "name": name, "recipe": {"batch": 4, "seq_len": 128, "seeds": 2}, "command": "planted",
             "tokens": tokens, "copy_accuracy": [[c, c] for c in copy],
+            "copy_accuracy_contested": {"tokens": tokens, "accuracy": [[c, c] for c in copy]},
             "lookup_accuracy": {p: [[c / 2, c / 2] for c in copy] for p in PADDINGS},
             "tokens_per_second": 10_000.0, "law_tokens": induction_law_tokens(4, 128),
-            "machine": "none (planted)",
+            "machine": "none (planted)", "probe": probe,
         })  # fmt: skip
     return out
 
@@ -121,6 +134,17 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             sgd=math.inf if reached is None else math.log2(max(reached, 1.0) / law),
             tolerance=1.0, floor=1.0,
         ))  # fmt: skip
+        c = s["contested"]
+        out.append(Row(
+            "pretraining emergence: copying is key-specific (induction): at positions with at "
+            "least 3 earlier names, accuracy above the chance of recalling one of them at "
+            "random, beyond its interval",
+            f"recipe {s['name']} ({results['source']}), {s['seeds']} seeds at "
+            f"{c['tokens'] / 1e6:.1f}M tokens; 95% interval [{c['interval'][0]:.3f}, "
+            f"{c['interval'][1]:.3f}] (seeds as clusters); chance = mean 1/(names seen)",
+            kind="prediction", finding=True, predicted=s["contested_chance"], sgd=c["final"],
+            tolerance=math.inf, floor=1.0, holds=c["interval"][0] > s["contested_chance"],
+        ))  # fmt: skip
     return out
 
 
@@ -135,7 +159,8 @@ def tables(results: dict, predictions: dict) -> list[Table]:
         table_rows.append((
             s["name"], round(s["tokens_per_second"]), _cell(s["tokens"]), _cell(s["law_tokens"]),
             _cell(s["copy"]["tokens_to_half"]), _cell(s["copy"]["seconds_to_half"], 60, 0),
-            round(100 * s["copy"]["final"], 1),
+            round(100 * s["copy"]["final"], 1), round(100 * s["copy_chance"], 1),
+            round(100 * s["contested"]["final"], 1), round(100 * s["contested_chance"], 1),
             _cell(s["lookup prefix"]["tokens_to_half"]),
             round(100 * s["lookup prefix"]["final"], 1),
             round(100 * s["lookup in-sequence"]["final"], 1),
@@ -143,10 +168,13 @@ def tables(results: dict, predictions: dict) -> list[Table]:
     return [Table(
         "Emergence on the corpus: tokens (per seed) to 50% copy and to 50% lookup",
         ("recipe", "tokens/s (all seeds)", "trained (M tokens)", "law (M tokens)",
-         "50% copy (M tokens)", "50% copy (minutes)", "final copy %", "50% lookup, prefix (M)",
+         "50% copy (M tokens)", "50% copy (minutes)", "final copy %", "name-recall chance %",
+         "final contested copy %", "its chance %", "50% lookup, prefix (M)",
          "final lookup prefix %", "final lookup in-sequence %"),
         table_rows,
-        "Mean over seeds; a blank crossing: never reached. Law: 10^5.7 sqrt(B C) tokens "
+        "Mean over seeds; a blank crossing: never reached. Chance: the accuracy of naming one "
+        "of the names seen earlier in the document at random (all copy positions; contested: "
+        "those with at least 3 earlier names). Law: 10^5.7 sqrt(B C) tokens "
         "(induction heads; arXiv 2511.16893). Recipes, commands and the machine: "
         "sims/experiments/pretrain/runs/emergence.json; docs/pretraining.md.",
     )]  # fmt: skip

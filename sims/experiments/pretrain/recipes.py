@@ -25,7 +25,9 @@ from pathlib import Path
 
 from weakspots.idealized.pretrain.config import PretrainConfig
 from weakspots.sims.experiments.pretrain.commands import argv_of, machine
+from weakspots.sims.pretrain import emergence
 from weakspots.sims.pretrain.emergence import induction_law_tokens
+from weakspots.sims.pretrain.train import tokenizer_of
 
 RECORDING = "emergence.json"
 
@@ -38,8 +40,14 @@ RECIPES: dict[str, dict] = {
     "reference": dict(batch=4, steps=24000, lr=3e-3),
     "lr1e-3": dict(batch=4, steps=12000, lr=1e-3),
     "lr1e-3-rope1e4-zipf-constant": dict(
-        batch=4, steps=60000, lr=1e-3, rope_theta=10_000.0, open_words=64, zipf=1.0,
-        schedule="constant", checkpoint_every=1000,
+        batch=4,
+        steps=60000,
+        lr=1e-3,
+        rope_theta=10_000.0,
+        open_words=64,
+        zipf=1.0,
+        schedule="constant",
+        checkpoint_every=1000,
     ),  # fmt: skip
     "batch16": dict(batch=16, steps=2000, lr=3e-3, emergence_every=250),
 }
@@ -68,10 +76,27 @@ def run_recipes(results: Path, names=None) -> None:
             subprocess.run(argv, cwd=results, stdout=out, check=True)
 
 
+def contested(run_dir: Path, config: PretrainConfig, history: dict) -> dict:
+    """The contested copy accuracy (`sims.pretrain.emergence`) over training: from the history
+    where it was measured, else rescored on the run's kept and last checkpoints."""
+    if history.get("copy_accuracy_contested"):
+        steps, accuracy = history["emergence_steps"], history["copy_accuracy_contested"]
+        source = "measured during training"
+    else:
+        scores = emergence.rescore(run_dir, config, tokenizer_of(config))
+        steps, accuracy = scores["steps"], scores["copy_accuracy_contested"]
+        source = "rescored on the checkpoints kept after training"
+    tokens = [step * config.batch * config.seq_len for step in steps]
+    return {"steps": steps, "tokens": tokens, "accuracy": accuracy, "source": source}
+
+
 def entry(name: str, run_dir: Path, machine_name: str) -> dict:
-    """One recipe's recording from its run directory's `config.json` and `history.json`."""
+    """One recipe's recording from its run directory's `config.json` and `history.json`, with
+    the chance levels of its copy set and its contested copy accuracy (`contested`)."""
     config = json.loads((run_dir / "config.json").read_text())
     history = json.loads((run_dir / "history.json").read_text())
+    run_config = PretrainConfig(**config)
+    probe = emergence.Emergence(run_config, tokenizer_of(run_config)).describe()
     return {
         "name": name,
         "recipe": config,
@@ -85,7 +110,8 @@ def entry(name: str, run_dir: Path, machine_name: str) -> dict:
             "prefix": history["lookup_prefix"],
             "in-sequence": history["lookup_in_sequence"],
         },
-        "probe": history["emergence_probe"],
+        "copy_accuracy_contested": contested(run_dir, run_config, history),
+        "probe": probe,
         "tokens_per_second": history["tokens_per_second"],
         "train_seconds": history["train_seconds"],
         "val_loss": history["val_loss"],

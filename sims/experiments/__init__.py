@@ -43,6 +43,7 @@ from weakspots.sims.experiments.experiment import (
 from weakspots.sims.experiments.induction import (
     induction_collision,
     induction_concentration,
+    induction_content,
     induction_coverage,
     induction_phase_accuracy,
     induction_time,
@@ -126,6 +127,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     induction_coverage.EXPERIMENT,
     induction_phase_accuracy.EXPERIMENT,
     induction_collision.EXPERIMENT,
+    induction_content.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

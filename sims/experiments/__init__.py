@@ -45,6 +45,7 @@ from weakspots.sims.experiments.induction import (
     induction_concentration,
     induction_content,
     induction_coverage,
+    induction_eps,
     induction_phase_accuracy,
     induction_time,
 )
@@ -128,6 +129,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     induction_phase_accuracy.EXPERIMENT,
     induction_collision.EXPERIMENT,
     induction_content.EXPERIMENT,
+    induction_eps.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

@@ -15,6 +15,7 @@ from weakspots.theory import induction_eps as eps_theory
 CONFIG = eps_model.GramConfig(stride=5, heads=3, chunks=3, vocab=60, gamma=4.0, beta=1.5,
                               kappa=0.4, dim=6, gram_seed=3, contexts=3)  # fmt: skip
 sample_loss = jax.jit(eps_model.sample_loss)
+sample_phase_accuracy = jax.jit(eps_model.sample_phase_accuracy)
 
 
 def test_the_gram_meets_the_bound_with_equality_and_is_the_vectors_gram():
@@ -85,7 +86,7 @@ def test_concentration_gap_is_positive_and_below_the_one_hot_cost_of_a_cap():
 def test_one_hot_logits_give_the_assignment_phase_accuracy_at_eps_zero():
     c = CONFIG
     logits = jnp.asarray(eps_model.one_hot_logits((0, 0, 2), 5))
-    acc = eps_model.sample_phase_accuracy(
+    acc = sample_phase_accuracy(
         logits, jnp.asarray(eps_model.gram(c)), eps_model.contexts(c, 2), 4.0, 1.5
     )
     want = theory.induction_assignment_phase_accuracy((0, 0, 2), 5, 3, 4.0, 1.5)

@@ -150,4 +150,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
     ]
 
 
-EXPERIMENT = Experiment("induction_concentration", run, predict, rows, sizes=SIZES, drawn=True)
+EXPERIMENT = Experiment(
+    "induction_concentration", run, predict, rows, sizes=SIZES, drawn=True, version=2
+)  # 2: results hold a content-driven flow

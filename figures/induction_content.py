@@ -53,7 +53,10 @@ def make(results, predictions):
         picks = [i for i, r in enumerate(runs) if r["regime"] == regime]
         if not picks:
             continue
-        i = picks[-1]
+        # the end that shows its regime best: content at its least reliable feature (accuracy
+        # flat below 1), static at its most reliable one (the feature there, yet unused)
+        by_q = sorted(picks, key=lambda j: runs[j]["reliability"])
+        i = by_q[0] if regime == "content" else by_q[-1]
         acc = np.asarray(runs[i]["phase_accuracy"])
         r = np.arange(acc.size) + (k - 0.5) * width
         accuracy.bar(r, acc, width=width, color=REGIME_COLOR[regime],

@@ -10,6 +10,8 @@ import pytest
 from weakspots import theory
 from weakspots.errors import ConfigError
 from weakspots.idealized import induction_eps as eps_model
+from weakspots.sims.induction import eps as eps_runs
+from weakspots.sims.induction.summary import end_state
 from weakspots.theory import induction_eps as eps_theory
 
 CONFIG = eps_model.GramConfig(stride=5, heads=3, chunks=3, vocab=60, gamma=4.0, beta=1.5,
@@ -91,3 +93,17 @@ def test_one_hot_logits_give_the_assignment_phase_accuracy_at_eps_zero():
     )
     want = theory.induction_assignment_phase_accuracy((0, 0, 2), 5, 3, 4.0, 1.5)
     np.testing.assert_allclose(np.asarray(acc), want, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_flow_and_sgd_at_eps_zero_end_one_hot_at_their_assignments_accuracy():
+    c = CONFIG.replace(heads=2, init_scale=0.01)
+    for runs in (
+        eps_runs.solve([c, c], [0, 1], t1=3000.0),
+        eps_runs.train([c], [2], lr=2.0, batch=16, steps=1500),
+    ):
+        for i in range(len(runs.seeds)):
+            state = end_state(runs.weights[i, :, 0], runs.weights[i, :, 1])
+            assert state["concentrated"]
+            want = theory.induction_assignment_phase_accuracy(state["positions"], 5, 3, 4.0, 1.5)
+            np.testing.assert_allclose(runs.phase_accuracy[i], want, atol=1e-12)

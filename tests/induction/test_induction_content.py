@@ -12,7 +12,7 @@ from weakspots import theory
 from weakspots.errors import ConfigError
 from weakspots.idealized import induction
 from weakspots.idealized import induction_content as content
-from weakspots.sims.induction.content import rule_gates, rule_loss, solve_many
+from weakspots.sims.induction.content import rule_gates, rule_loss, solve_many, train_many
 from weakspots.theory import induction_content as content_theory
 
 CONFIG = content.ContentConfig(stride=5, heads=2, chunks=4, vocab=300, gamma=4.0, beta=1.5,
@@ -127,3 +127,15 @@ def test_the_flow_ends_in_each_regime_and_at_its_closed_form():
         np.testing.assert_allclose(
             flows.offsets[i, -1], np.broadcast_to(limit, (2, 2, 2)), atol=0.07
         )
+
+
+@pytest.mark.slow
+def test_sgd_on_the_task_ends_in_each_regime_at_its_closed_form():
+    base = content.ContentConfig(stride=5, heads=1, chunks=6, vocab=1000, gamma=5.0, beta=2.0,
+                                 favourite=2, init_scale=0.01)  # fmt: skip
+    configs = (base.replace(prior=0.05, reliability=1.0), base.replace(prior=0.5, reliability=0.2))
+    out = train_many(configs, lr=2.0, batch=64, steps=2000)
+    assert out["rules"] == [["content"], ["static"]]
+    for i, (c, regime) in enumerate(zip(configs, ("content", "static"), strict=True)):
+        want = content_theory.regime_phase_accuracy(5, 1, 6, 5.0, 2.0, c.reliability, 2, regime)
+        np.testing.assert_allclose(out["phase_accuracy"][i], want, atol=1e-9)

@@ -7,10 +7,12 @@ from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
     "Each gate's static exp(H(E[alpha])) (x) against per-window E[exp(H(alpha))] (y), from "
-    "uniform (S, S) towards one-hot (1, 1): static-gate flows, SGD and log-linear-gate flows "
-    "(eps = 0); circles mark the ends. Key gates left, value gates right.",
-    "At eps = 0 the log-linear gates stay on the diagonal: they learn along the direction every "
-    "token shares, so they concentrate statically, as Theorem 2 says.",
+    "uniform (S, S): static-gate flows, SGD and log-linear-gate flows (eps = 0), and a flow of "
+    "gates that also read a content feature (reliability q = 0.8 against a position prior "
+    "lambda = 0.1); circles mark the ends. Key gates left, value gates right.",
+    "Position-only gates move down the diagonal to (1, 1): they concentrate statically, as "
+    "Theorem 2 says. The content-reading gates end off it, one-hot per window and spread over "
+    "about S - 1 positions on average.",
 )
 
 
@@ -18,11 +20,11 @@ def make(results, predictions):
     del predictions
     fig, axes = figure(2, 1, width=3.6, height=3.4)
     sets = [("static", "flow, static gates", 0), ("sgd", "SGD, static gates", 1),
-            ("loglinear", "flow, log-linear gates", 2)]
+            ("loglinear", "flow, log-linear gates", 2), ("content", "flow, gates reading content", 3)]
     top = 1.0
     for branch, ax in enumerate(axes[0]):
         for key, label, c in sets:
-            for run in results[key]:
+            for run in results.get(key, []):
                 off = np.asarray(run["offsets"])  # (T, H, 2, 2)
                 top = max(top, float(off.max()))
                 for h in range(off.shape[1]):

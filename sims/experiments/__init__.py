@@ -43,7 +43,9 @@ from weakspots.sims.experiments.experiment import (
 from weakspots.sims.experiments.induction import (
     induction_collision,
     induction_concentration,
+    induction_content,
     induction_coverage,
+    induction_eps,
     induction_phase_accuracy,
     induction_time,
 )
@@ -128,6 +130,8 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     induction_coverage.EXPERIMENT,
     induction_phase_accuracy.EXPERIMENT,
     induction_collision.EXPERIMENT,
+    induction_content.EXPERIMENT,
+    induction_eps.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

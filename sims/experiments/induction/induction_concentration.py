@@ -1,6 +1,8 @@
 """The concentration plane (PAPER.md §4-§5): the paper's static exp(H(E[alpha])) against
 per-window E[exp(H(alpha))] effective offsets of every key and value gate, along the flow
-(static and log-linear gates) and SGD; Theorem 2's end state."""
+(static and log-linear gates) and SGD; Theorem 2's end state. Beside them, gates that read
+content (`idealized.induction_content`, docs/induction.md §7) where the derived optimum is
+content-driven: they leave the diagonal, as the paper's pretrained key gates do."""
 
 from __future__ import annotations
 
@@ -9,14 +11,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from weakspots.idealized.induction import InductionFlowConfig
+from weakspots.idealized.induction_content import ContentConfig
 from weakspots.sims.experiments.experiment import Experiment, Row
-from weakspots.sims.experiments.induction.shared import FLOW, QUIET, SEEDS, flows, sgd
+from weakspots.sims.experiments.induction.shared import (
+    FLOW,
+    QUIET,
+    SEEDS,
+    content_flows,
+    flows,
+    sgd,
+)
+from weakspots.theory import induction_content as content_theory
 
 # Log-linear gates at eps = 0; kappa = 1 gives the gates a shared direction to learn along
 LOGLINEAR = InductionFlowConfig(
     stride=4, heads=3, chunks=8, vocab=256, gamma=6.0, beta=2.0, kappa=1.0, gate="loglinear",
     init_scale=0.01, t1=4000.0, saves=21, contexts=16,
 )
+# Gates that read content, where the feature is more reliable than the position prior is strong
+CONTENT = ContentConfig(stride=4, heads=2, chunks=8, vocab=4096, gamma=6.0, beta=2.0, prior=0.1,
+                        reliability=0.8, favourite=1, init_scale=0.01, t1=4000.0, saves=21)  # fmt: skip
 OFFSET_END = 1.07  # exp(H) of a gate with 0.99 on one of S = 4 positions, 0.01 spread: 1.069
 
 
@@ -53,7 +67,14 @@ def run(size: Size) -> dict:
     static = flows(FLOW, size.seeds)
     loglinear = flows(LOGLINEAR.replace(vocab=size.vocab), size.loglinear_seeds)
     trained = sgd(QUIET, size.seeds)
+    driven = content_flows((CONTENT,))
     return {
+        "content": [{
+            "times": driven.times.tolist(),
+            "offsets": driven.offsets[0].tolist(),
+            "regime": driven.regime(0),
+            "end_offsets": driven.offsets[0, -1].tolist(),
+        }],
         "static": _trajectories(static, SHOWN),
         "static_concentrated": [static.summary(i)["concentrated"] for i in range(size.seeds)],
         "loglinear": _trajectories(loglinear, size.loglinear_seeds),
@@ -66,7 +87,14 @@ def predict(size: Size, results: dict) -> dict:
     """Theorem 2: every head one-hot at (r_h, r_h + 1), so both effective offsets of every
     gate end at 1 (static = per-window: the gates stop reading tokens)."""
     del size, results
-    return {"concentrated": 1.0, "end_offsets": 1.0}
+    c = CONTENT
+    regime = "content" if content_theory.content_wins(c.prior, c.reliability) else "static"
+    return {
+        "concentrated": 1.0,
+        "end_offsets": 1.0,
+        "content_regime": regime,
+        "content_offsets": content_theory.regime_offsets(c.stride, c.prior, c.reliability, c.favourite, regime),
+    }
 
 
 def rows(results: dict, predictions: dict) -> list[Row]:
@@ -86,6 +114,17 @@ def rows(results: dict, predictions: dict) -> list[Row]:
         f"t={LOGLINEAR.t1:g}, {len(ll)} seeds"
     )
     worst = max(float(np.max(r["end_offsets"])) for r in ll)
+    c = CONTENT
+    driven = results["content"][0]
+    end = np.asarray(driven["end_offsets"])  # (H, 2 branches, 2 measures)
+    limit = np.asarray(predictions["content_offsets"])
+    content_where = (
+        f"content gates: S={c.stride} m={c.heads} L={c.chunks} N={c.vocab} gamma={c.gamma:g} "
+        f"beta={c.beta:g} prior lambda={c.prior:g} reliability q={c.reliability:g}, flow from "
+        f"rho={c.init_scale:g} to t={c.t1:g}; optimum {predictions['content_regime']}, "
+        f"limit (static, per-window) = {tuple(round(float(x), 4) for x in limit)}; flow ended "
+        f"{driven['regime']}; tolerance: a gate at 0.99"
+    )
     return [
         Row(
             "induction Theorem 2: every head one-hot at (r_h, r_h+1)",
@@ -102,7 +141,15 @@ def rows(results: dict, predictions: dict) -> list[Row]:
             ll_where + f"; tolerance: a gate at 0.99 has {OFFSET_END}", kind="prediction",
             predicted=predictions["end_offsets"], ode=worst, tolerance=OFFSET_END - 1.0,
         ),
+        Row(
+            "induction content gates: end offsets off the diagonal at the optimum's limit (max |diff|)",
+            content_where, kind="prediction", predicted=0.0,
+            ode=float(np.max(np.abs(end - limit))), tolerance=OFFSET_END - 1.0, floor=1.0,
+            holds=driven["regime"] == predictions["content_regime"],
+        ),
     ]
 
 
-EXPERIMENT = Experiment("induction_concentration", run, predict, rows, sizes=SIZES, drawn=True)
+EXPERIMENT = Experiment(
+    "induction_concentration", run, predict, rows, sizes=SIZES, drawn=True, version=2
+)  # 2: results hold a content-driven flow

@@ -9,6 +9,7 @@ import numpy as np
 from scipy.stats import norm
 
 from weakspots.idealized.induction import InductionFlowConfig, InductionTrainConfig
+from weakspots.sims.induction.content import solve_many as solve_content
 from weakspots.sims.induction.flow import solve
 from weakspots.sims.induction.train import train_runs
 
@@ -36,6 +37,12 @@ def flows(config: InductionFlowConfig, seeds: int):
 def sgd(config: InductionTrainConfig, seeds: int):
     """`train_runs(config, range(seeds))`, once per process."""
     return train_runs(config, range(seeds))
+
+
+@functools.cache
+def content_flows(configs: tuple):
+    """`sims.induction.content.solve_many(configs)`, once per process."""
+    return solve_content(configs)
 
 
 def wilson(count: int, total: int, z: float = Z) -> tuple[float, float]:

@@ -145,53 +145,61 @@ def pair_mode_readout(hessian, heads: int, stride: int) -> np.ndarray:
     return out.reshape(heads * (stride - 1), dim)
 
 
-def sgd_coverage_distribution(
-    heads,
-    stride,
-    chunks,
-    vocab,
-    gamma,
-    beta,
-    lr,
-    batch,
-    init_scale,
-    steps,
-    limit=LINEAR_LIMIT,
-    draws=DRAWS,
-    seed=0,
-) -> np.ndarray:
-    """P(k distinct positions), k = 0..m, for SGD (static gates) from the linearised
-    dynamics with shared minibatch noise (module docstring): a Monte Carlo of `draws`
-    Gaussian draws of the pair modes where selection is read."""
-    m, s = int(heads), int(stride)
+@functools.lru_cache(maxsize=64)
+def _pair_modes(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit):
+    """The covariance (m (S-1), m (S-1)) of every head's growing pair modes where selection
+    is read (`fluctuation_covariance` through `pair_mode_readout`), read-only."""
     f = fluctuation_covariance(
-        m, s, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit
+        heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit
     )
-    readout = pair_mode_readout(f["hessian"], m, s)
+    readout = pair_mode_readout(f["hessian"], heads, stride)
     cov = readout @ f["covariance"] @ readout.T
     cov = (cov + cov.T) / 2
+    cov.flags.writeable = False
+    return cov
+
+
+def _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit):
+    return (
+        int(heads), int(stride), int(chunks), int(vocab), float(gamma), float(beta),
+        float(lr), float(batch), float(init_scale), int(steps), float(limit),
+    )  # fmt: skip
+
+
+def sgd_coverage_distribution(
+    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps,
+    limit=LINEAR_LIMIT, draws=DRAWS, seed=0,
+) -> np.ndarray:  # fmt: skip
+    """P(k distinct positions), k = 0..m, for SGD on static gates from the linearised
+    dynamics with shared minibatch noise (module docstring): the argmax of each head's pair
+    modes in `draws` Gaussian draws (numpy `seed`).
+
+    heads m, stride S, chunks L, vocab N, gamma, beta: the model; lr, batch B, init_scale
+    rho, steps: SGD's; limit: the pair modes' spread (logits) where selection is read.
+    Returns (m + 1,) probabilities."""
+    key = _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit)
+    m, s = key[0], key[1]
+    cov = _pair_modes(*key)
     root = np.linalg.cholesky(cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov)))
     rng = np.random.default_rng(seed)
     y = (rng.standard_normal((draws, len(cov))) @ root.T).reshape(draws, m, s - 1)
-    picks = np.argmax(y, axis=-1)
-    distinct = np.array([len(set(row)) for row in picks.tolist()])
+    picks = np.sort(np.argmax(y, axis=-1), axis=-1)
+    distinct = 1 + np.sum(np.diff(picks, axis=-1) != 0, axis=-1)
     return np.bincount(distinct, minlength=m + 1)[: m + 1] / draws
 
 
 def shared_noise_ratio(
     heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit=LINEAR_LIMIT
 ) -> float:
-    """The ratio of the shared part of a head's pair-mode variance to its own (the start's
-    and the state-dependent noise's), where selection is read: the correlation of two heads'
-    pair modes, rho_12 / (1 - rho_12). 0 is the flow's independence (occupancy law)."""
-    m, s = int(heads), int(stride)
+    """The shared part of a head's pair-mode variance over its independent part (the
+    start's, the state-dependent noise's), where selection is read: with c the correlation
+    of two heads' centred pair modes, c / (1 - c). 0 is the flow's independence (the
+    occupancy law); it may dip below 0 by the normaliser's O(1/N) repulsion."""
+    key = _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit)
+    m, s = key[0], key[1]
     if m < 2:
         raise ValueError("the shared part needs two heads")
-    f = fluctuation_covariance(
-        m, s, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit
-    )
-    readout = pair_mode_readout(f["hessian"], m, s)
-    cov = readout @ f["covariance"] @ readout.T
+    cov = _pair_modes(*key)
     p = s - 1
     centre = np.eye(p) - 1.0 / p
     own = np.trace(centre @ cov[:p, :p] @ centre)

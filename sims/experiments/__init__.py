@@ -47,6 +47,7 @@ from weakspots.sims.experiments.induction import (
     induction_phase_accuracy,
     induction_time,
 )
+from weakspots.sims.experiments.induction.sgd_coverage import induction_sgd_coverage
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 from weakspots.sims.experiments.toy import (
@@ -126,6 +127,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     induction_coverage.EXPERIMENT,
     induction_phase_accuracy.EXPERIMENT,
     induction_collision.EXPERIMENT,
+    induction_sgd_coverage.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

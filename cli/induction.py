@@ -19,7 +19,7 @@ from weakspots.theory.predictions import induction_predictions
 
 from . import common
 
-OWN_FLAGS = ("vocab", "gamma", "beta", "kappa", "eps", "gate")  # default None: the model's own
+OWN_FLAGS = ("vocab", "gamma", "beta", "kappa", "eps", "gate", "head_batches")  # default None
 GIVEN = "induction_given"  # the namespace attribute listing the shared flags given explicitly
 
 
@@ -78,6 +78,13 @@ def add_flags(parser: argparse.ArgumentParser, predict: bool) -> None:
         "--eps", type=float, default=None, help="Gram error bound (default 0; predict only: the loss bound)"
     )
     group.add_argument("--gate", default=None, help="static | loglinear (default static)")
+    group.add_argument(
+        "--head-batches",
+        action="store_true",
+        default=None,
+        help="train, predict with --lr: each head's gradient from its own batch (static gates; "
+        "the heads share no minibatch noise, docs/induction.md §7)",
+    )
     if "--seeds" not in parser._option_string_actions:
         group.add_argument("--seeds", type=int, default=None, metavar="K", help="K seeds from --seed, in one solve")
     if "--contexts" not in parser._option_string_actions and not predict:
@@ -163,6 +170,8 @@ def run_flow(args: argparse.Namespace) -> int:
     from weakspots.sims.induction.flow import solve
     from weakspots.sims.toy.flow import FlowFailed
 
+    if args.head_batches:
+        raise common.UsageError("--head-batches: applies to train and predict (SGD), not the flow")
     config = _config(induction.InductionFlowConfig, args)
     seeds = _seeds(args, config)
     if not args.json and not getattr(args, "quiet", False):
@@ -201,6 +210,8 @@ def _sgd(args: argparse.Namespace, config: induction.InductionConfig):
         for flag in ("batch", "steps"):
             if flag in given:
                 raise common.UsageError(f"--{flag}: the SGD coverage law needs --lr as well")
+        if args.head_batches:
+            raise common.UsageError("--head-batches: the SGD coverage law needs --lr as well")
         return None
     if config.gate != "static":
         raise common.UsageError("--lr: the SGD coverage law covers static gates (--gate static)")

@@ -60,7 +60,7 @@ def _propagator(heads: int, stride: int, chunks: int):
     pair[np.arange(stride - 1), np.arange(stride - 1)] = 1.0
     centre = jnp.asarray(pair - pair.mean(axis=0, keepdims=True))
 
-    def run(sc, lr, batch, rho, limit, steps):
+    def run(sc, lr, batch, rho, limit, steps, mask):
         losses = functools.partial(
             _position_losses, heads=heads, stride=stride, chunks=chunks, sc=sc
         )
@@ -75,7 +75,7 @@ def _propagator(heads: int, stride: int, chunks: int):
             m = jnp.eye(dim) - lr * jnp.mean(h_r, axis=0)
             own = jnp.einsum("rs,rij,jk,slk->il", cov_e, h_r, sigma, h_r)
             shared = jnp.exp(-log_scale) * (g.T @ cov_e @ g)
-            new = m @ sigma @ m.T + lr**2 * (shared + own)  # in units of exp(log_scale)
+            new = m @ sigma @ m.T + lr**2 * mask * (shared + own)  # in units of exp(log_scale)
             norm = jnp.trace(new)
             spread = jnp.sqrt(
                 jnp.exp(log_scale) * jnp.trace(centre @ new @ centre.T) / (stride - 1)
@@ -101,18 +101,26 @@ def _propagator(heads: int, stride: int, chunks: int):
 
 
 def fluctuation_covariance(
-    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit=LINEAR_LIMIT
-) -> dict:
+    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit=LINEAR_LIMIT,
+    head_batches=False,
+) -> dict:  # fmt: skip
     """The linearised SGD's fluctuation about the mean path, where selection is read
     (module docstring): `covariance` (D, D) over every head's key and value logits, D = 2 m S,
     in the layout (head, branch, position), scaled by exp(`log_scale`); `mean` the mean
     path's logits there; `hessian` the population Hessian there; `stopped` whether the pair
-    modes reached `limit` before the last step, and `step` where."""
+    modes reached `limit` before the last step, and `step` where. `head_batches`: each head
+    draws its own batch, so the noise has no part across heads."""
+    dim = 2 * int(stride)
+    heads_of = np.arange(int(heads) * dim) // dim
+    mask = (
+        (heads_of[:, None] == heads_of[None, :]) if head_batches else np.ones((len(heads_of),) * 2)
+    )
     sc = induction.Scales(*(jnp.asarray(v, jnp.float64) for v in (vocab, gamma, beta, 0.0)))
     k, theta, sigma, log_scale, done, hessian = _propagator(int(heads), int(stride), int(chunks))(
         sc,
         *(jnp.asarray(v, jnp.float64) for v in (lr, batch, init_scale, limit)),
         jnp.asarray(steps),
+        jnp.asarray(mask, jnp.float64),
     )
     return {
         "covariance": np.asarray(sigma),
@@ -146,12 +154,15 @@ def pair_mode_readout(hessian, heads: int, stride: int) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _pair_modes(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit):
+def _pair_modes(
+    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit, head_batches
+):
     """The covariance (m (S-1), m (S-1)) of every head's growing pair modes where selection
     is read (`fluctuation_covariance` through `pair_mode_readout`), read-only."""
     f = fluctuation_covariance(
-        heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit
-    )
+        heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit,
+        head_batches,
+    )  # fmt: skip
     readout = pair_mode_readout(f["hessian"], heads, stride)
     cov = readout @ f["covariance"] @ readout.T
     cov = (cov + cov.T) / 2
@@ -159,25 +170,29 @@ def _pair_modes(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale
     return cov
 
 
-def _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit):
+def _settings(
+    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit, head_batches
+):  # fmt: skip
     return (
         int(heads), int(stride), int(chunks), int(vocab), float(gamma), float(beta),
-        float(lr), float(batch), float(init_scale), int(steps), float(limit),
+        float(lr), float(batch), float(init_scale), int(steps), float(limit), bool(head_batches),
     )  # fmt: skip
 
 
 def sgd_coverage_distribution(
     heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps,
-    limit=LINEAR_LIMIT, draws=DRAWS, seed=0,
+    limit=LINEAR_LIMIT, draws=DRAWS, seed=0, head_batches=False,
 ) -> np.ndarray:  # fmt: skip
     """P(k distinct positions), k = 0..m, for SGD on static gates from the linearised
     dynamics with shared minibatch noise (module docstring): the argmax of each head's pair
     modes in `draws` Gaussian draws (numpy `seed`).
 
     heads m, stride S, chunks L, vocab N, gamma, beta: the model; lr, batch B, init_scale
-    rho, steps: SGD's; limit: the pair modes' spread (logits) where selection is read.
-    Returns (m + 1,) probabilities."""
-    key = _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit)
+    rho, steps: SGD's; limit: the pair modes' spread (logits) where selection is read;
+    head_batches: each head draws its own batch. Returns (m + 1,) probabilities."""
+    key = _settings(
+        heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit, head_batches
+    )
     m, s = key[0], key[1]
     cov = _pair_modes(*key)
     root = np.linalg.cholesky(cov + 1e-12 * np.trace(cov) / len(cov) * np.eye(len(cov)))
@@ -189,13 +204,16 @@ def sgd_coverage_distribution(
 
 
 def shared_noise_ratio(
-    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit=LINEAR_LIMIT
-) -> float:
+    heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit=LINEAR_LIMIT,
+    head_batches=False,
+) -> float:  # fmt: skip
     """The shared part of a head's pair-mode variance over its independent part (the
     start's, the state-dependent noise's), where selection is read: with c the correlation
     of two heads' centred pair modes, c / (1 - c). 0 is the flow's independence (the
     occupancy law); it may dip below 0 by the normaliser's O(1/N) repulsion."""
-    key = _settings(heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit)
+    key = _settings(
+        heads, stride, chunks, vocab, gamma, beta, lr, batch, init_scale, steps, limit, head_batches
+    )
     m, s = key[0], key[1]
     if m < 2:
         raise ValueError("the shared part needs two heads")

@@ -313,11 +313,14 @@ def induction_predictions(config, positions=None, sgd=None) -> dict:
     coverage = occupancy
     if sgd is not None:
         hyper = (sgd.lr, sgd.batch, sgd.init_scale, sgd.steps)
-        coverage = theory.induction_sgd_coverage_distribution(m, s, big_l, n, g, b, *hyper)
-        out["coverage_law"] = "sgd"
+        own = {"head_batches": sgd.head_batches}
+        coverage = theory.induction_sgd_coverage_distribution(m, s, big_l, n, g, b, *hyper, **own)
+        out["coverage_law"] = "sgd, a batch per head" if sgd.head_batches else "sgd"
         out["occupancy_distribution"] = occupancy.tolist()
         out["shared_noise_ratio"] = (
-            theory.induction_shared_noise_ratio(m, s, big_l, n, g, b, *hyper) if m >= 2 else 0.0
+            theory.induction_shared_noise_ratio(m, s, big_l, n, g, b, *hyper, **own)
+            if m >= 2
+            else 0.0
         )
     else:
         out["coverage_law"] = "occupancy"

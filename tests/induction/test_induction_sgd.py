@@ -163,3 +163,42 @@ def test_help_after_model_induction_shows_the_induction_defaults(capsys, verb, c
         assert f"{flag} {name.upper()} " in text
         shown = text.split(f"{flag} {name.upper()} ", 1)[1].split("(default: ", 1)[1].split(")")[0]
         assert float(shown) == float(getattr(config, name)), name
+
+
+def test_a_batch_per_head_leaves_no_noise_across_heads():
+    args = (3, S, L, N, GAMMA, BETA, 1.0, 64, 1e-6, 1)
+    shared = theory.induction_fluctuation_covariance(*args)
+    own = theory.induction_fluctuation_covariance(*args, head_batches=True)
+    d = 2 * S
+    a = shared["covariance"] * np.exp(shared["log_scale"])
+    b = own["covariance"] * np.exp(own["log_scale"])
+    scale = np.abs(a).max()
+    for h in range(3):
+        block = slice(h * d, (h + 1) * d)
+        np.testing.assert_allclose(b[block, block], a[block, block], atol=1e-9 * scale)
+    assert np.abs(a[0:d, d : 2 * d]).max() > 0.1 * scale  # one batch: the heads share its noise
+    assert np.abs(b[0:d, d : 2 * d]).max() < 1e-12 * scale
+
+
+def test_strong_noise_with_a_batch_per_head_keeps_the_occupancy_law():
+    law = theory.induction_sgd_coverage_distribution(
+        M + 1, S, L, N, GAMMA, BETA, 1.0, 16, 1e-6, 400, head_batches=True
+    )
+    occupancy = theory.induction_coverage_distribution(M + 1, S)
+    assert 0.5 * np.abs(law - occupancy).sum() < 0.03
+
+
+def test_a_batch_per_head_steps_as_one_batch_when_batches_are_huge():
+    # Either way the step is the population gradient plus O(1/sqrt(B)) noise: with B = 2^16
+    # the two trainers end 40 steps from one start within that noise of each other.
+    from weakspots.sims.induction.train import train_runs
+
+    config = induction.InductionTrainConfig(
+        stride=S, heads=M, chunks=L, vocab=N, gamma=GAMMA, beta=BETA, init_scale=0.3,
+        lr=1.0, batch=2**16, steps=40, eval_every=40,
+    )  # fmt: skip
+    history = train_runs(config, [3])
+    one = history.weights[0, -1]
+    own = train_runs(config.replace(head_batches=True), [3]).weights[0, -1]
+    assert np.abs(one - history.weights[0, 0]).max() > 0.05  # the gates did move
+    np.testing.assert_allclose(own, one, atol=0.01)

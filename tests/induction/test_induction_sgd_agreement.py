@@ -73,3 +73,13 @@ def test_sgd_follows_the_shared_noise_law_on_unseen_settings(setting):
         c.heads, c.stride, c.chunks, c.vocab, c.gamma, c.beta, c.lr, c.batch, c.init_scale, c.steps
     )
     assert study.total_variation(measured, law) <= study.TOLERANCE
+
+
+@pytest.mark.slow
+def test_a_batch_per_head_brings_noisy_sgd_back_to_the_occupancy_law():
+    c = study.BY_NAME["own batches"].config
+    history = train_runs(c, range(study.SEEDS))
+    distinct = [history.summary(i)["distinct"] for i in range(study.SEEDS)]
+    measured = study.distribution(distinct, c.heads)
+    assert study.total_variation(measured, theory.induction_coverage_distribution(3, 4)) <= 0.08
+    assert measured[1] < 0.25  # against 0.59 with one batch for every head (the record's noisy)

@@ -73,6 +73,11 @@ SETTINGS = (
     Setting("larger start", "remedy", _sgd(init_scale=0.1, lr=1.0, batch=256, steps=600)),
     Setting("larger batch", "remedy", _sgd(init_scale=0.01, lr=1.0, batch=4096, steps=600)),
     Setting("smaller lr", "remedy", _sgd(init_scale=0.01, lr=0.25, batch=256, steps=2400)),
+    Setting(
+        "own batches",
+        "remedy",
+        _sgd(init_scale=0.01, lr=1.0, batch=256, steps=600, head_batches=True),
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 # The flow at v5's physics: whether the occupancy law (the derivation's lr -> 0 limit) holds there.
@@ -120,6 +125,8 @@ def _argv(config, names=_FLAGS) -> list[str]:
     out = ["--model", "induction"]
     for name in names:
         out += ["--" + name.replace("_", "-"), f"{getattr(config, name):g}"]
+    if getattr(config, "head_batches", False):
+        out.append("--head-batches")
     return out
 
 
@@ -182,10 +189,13 @@ def _law(config: InductionTrainConfig) -> dict:
         c.init_scale,
         c.steps,
     )
+    own = {"head_batches": c.head_batches}
     return {
-        "distribution": theory.induction_sgd_coverage_distribution(*args).tolist(),
+        "distribution": theory.induction_sgd_coverage_distribution(*args, **own).tolist(),
         "occupancy": theory.induction_coverage_distribution(c.heads, c.stride).tolist(),
-        "shared_noise_ratio": theory.induction_shared_noise_ratio(*args) if c.heads >= 2 else 0.0,
+        "shared_noise_ratio": (
+            theory.induction_shared_noise_ratio(*args, **own) if c.heads >= 2 else 0.0
+        ),
     }
 
 
@@ -196,12 +206,20 @@ def _run_cli(argv: list[str]) -> tuple[dict, float]:
     return json.loads(out), time.perf_counter() - started
 
 
-def record(path: Path | None = None) -> dict:
+def record(path: Path | None = None, names: tuple[str, ...] | None = None) -> dict:
     """Run every setting's `weakspots train` (256 seeds) and `weakspots predict`, and the
-    flow at v5's physics, as command lines; write them with the machine to `runs/sgd.json`."""
+    flow at v5's physics, as command lines; write them with the machine to `runs/sgd.json`.
+    With `names`, only those settings are run again (on this machine), the rest kept."""
     path = recorded_path() if path is None else path
-    out = {"machine": machine(), "settings": {}}
+    if names is not None:
+        out = json.loads(path.read_text())
+        if out["machine"] != machine():
+            raise RuntimeError("the record was made on another machine: record every setting")
+    else:
+        out = {"machine": machine(), "settings": {}}
     for s in SETTINGS:
+        if names is not None and s.name not in names:
+            continue
         trained, wall = _run_cli(train_command(s))
         predicted, _ = _run_cli(predict_command(s))
         measured = distribution([r["distinct"] for r in trained["runs"]], s.config.heads)
@@ -216,12 +234,14 @@ def record(path: Path | None = None) -> dict:
             "shared_noise_ratio": predicted.get("shared_noise_ratio"),
             "total_variation": total_variation(measured, predicted["coverage_distribution"]),
         }
-    flowed, wall = _run_cli(flow_command(V5_FLOW))
-    out["v5_flow"] = {
-        "flow_command": shlex.join(flow_command(V5_FLOW)),
-        "wall_seconds": wall,
-        "distinct": [r["distinct"] for r in flowed["runs"]],
-    }
+    if names is None:
+        flowed, wall = _run_cli(flow_command(V5_FLOW))
+        out["v5_flow"] = {
+            "flow_command": shlex.join(flow_command(V5_FLOW)),
+            "wall_seconds": wall,
+            "distinct": [r["distinct"] for r in flowed["runs"]],
+        }
+    out["settings"] = {s.name: out["settings"][s.name] for s in SETTINGS}
     path.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
@@ -388,5 +408,5 @@ EXPERIMENT = Experiment(
 
 
 # python -m weakspots.sims.experiments.induction.sgd_coverage.induction_sgd_coverage
-if __name__ == "__main__":
-    record()
+if __name__ == "__main__":  # settings named on the command line: only those again
+    record(names=tuple(sys.argv[1:]) or None)

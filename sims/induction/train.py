@@ -44,11 +44,11 @@ def _trainer(config: InductionTrainConfig):
         if config.gate == "loglinear":
             contexts, chunk, position = _problems(k, config, config.batch)
             return induction.batch_loss(g, contexts, chunk, position, sc)
+        if config.head_batches:
+            return _head_batches_loss(g, k, sc)
         # Static gates read no tokens and chunks are exchangeable, so a problem's loss is
         # its query position's: the batch mean is the loss per position weighted by how
         # often the batch drew it (the same number, S - 1 evaluations instead of B).
-        if config.head_batches:
-            return _head_batches_loss(g, k, sc)
         _, position = induction.sample_queries(k, config, config.batch)
         drawn = jnp.bincount(position, length=config.stride - 1) / config.batch
         return jnp.sum(drawn * induction.position_losses(g, config.chunks, sc))

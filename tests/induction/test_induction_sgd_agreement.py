@@ -38,7 +38,7 @@ def test_the_recorded_predictions_are_the_law_as_it_stands():
         c = study.BY_NAME[name].config
         law = theory.induction_sgd_coverage_distribution(
             c.heads, c.stride, c.chunks, c.vocab, c.gamma, c.beta, c.lr, c.batch, c.init_scale,
-            c.steps,
+            c.steps, head_batches=c.head_batches,
         )  # fmt: skip
         np.testing.assert_allclose(entry["predicted"], law, atol=1e-12, err_msg=name)
 

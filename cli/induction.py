@@ -15,10 +15,11 @@ import sys
 from weakspots import theory
 from weakspots.errors import ConfigError
 from weakspots.idealized import induction
+from weakspots.theory.predictions import induction_predictions
 
 from . import common
 
-OWN_FLAGS = ("vocab", "gamma", "beta", "kappa", "eps", "gate")  # default None: the model's own
+OWN_FLAGS = ("vocab", "gamma", "beta", "kappa", "eps", "gate", "head_batches")  # default None
 GIVEN = "induction_given"  # the namespace attribute listing the shared flags given explicitly
 
 
@@ -31,11 +32,43 @@ class _Recorded(argparse._StoreAction):
         setattr(namespace, GIVEN, getattr(namespace, GIVEN, frozenset()) | {self.dest})
 
 
-def add_flags(parser: argparse.ArgumentParser, predict: bool) -> None:
-    """The induction model's own flags, and a note on the shared ones when they are given."""
+class _Help(argparse._HelpAction):
+    """--help that, after `--model induction`, shows the induction model's own defaults for
+    the shared flags (stride 4, lr 1.0, batch 64, steps 2000 for train, ...), not the toy's."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, "model", None) == "induction":
+            verb = parser.prog.split()[-1]
+            config = dataclasses.asdict(HELP_CONFIGS.get(verb, induction.InductionConfig)())
+            for action in parser._actions:
+                if action.dest in config and action.dest not in OWN_FLAGS and action.default is not None:
+                    action.default = config[action.dest]
+        super().__call__(parser, namespace, values, option_string)
+
+
+# The config whose defaults each verb's shared flags take under --model induction (predict:
+# the SGD flags, when --lr is given, are InductionTrainConfig's).
+HELP_CONFIGS = {
+    "train": induction.InductionTrainConfig,
+    "flow": induction.InductionFlowConfig,
+    "predict": induction.InductionTrainConfig,
+}
+
+
+def record_given(parser: argparse.ArgumentParser) -> None:
+    """Make every shared flag of `parser` so far note that it was given (a flag left out takes
+    the induction model's default), and its --help show those defaults after --model induction."""
     for action in parser._actions:
         if type(action) is argparse._StoreAction:
             action.__class__ = _Recorded
+        elif type(action) is argparse._HelpAction:
+            action.__class__ = _Help
+
+
+def add_flags(parser: argparse.ArgumentParser, predict: bool) -> None:
+    """The induction model's own flags, and a note on the shared ones when they are given
+    (`record_given`; a verb that adds shared flags after these calls it again)."""
+    record_given(parser)
     group = parser.add_argument_group("induction model (--model induction; docs/induction.md)")
     group.add_argument("--vocab", type=int, default=None, help="vocabulary N (default 4096)")
     group.add_argument("--gamma", type=float, default=None, help="attention scale (default 6)")
@@ -45,6 +78,13 @@ def add_flags(parser: argparse.ArgumentParser, predict: bool) -> None:
         "--eps", type=float, default=None, help="Gram error bound (default 0; predict only: the loss bound)"
     )
     group.add_argument("--gate", default=None, help="static | loglinear (default static)")
+    group.add_argument(
+        "--head-batches",
+        action="store_true",
+        default=None,
+        help="train, predict with --lr: each head's gradient from its own batch (static gates; "
+        "the heads share no minibatch noise, docs/induction.md §9)",
+    )
     if "--seeds" not in parser._option_string_actions:
         group.add_argument("--seeds", type=int, default=None, metavar="K", help="K seeds from --seed, in one solve")
     if "--contexts" not in parser._option_string_actions and not predict:
@@ -130,6 +170,8 @@ def run_flow(args: argparse.Namespace) -> int:
     from weakspots.sims.induction.flow import solve
     from weakspots.sims.toy.flow import FlowFailed
 
+    if args.head_batches:
+        raise common.UsageError("--head-batches: applies to train and predict (SGD), not the flow")
     config = _config(induction.InductionFlowConfig, args)
     seeds = _seeds(args, config)
     if not args.json and not getattr(args, "quiet", False):
@@ -160,40 +202,23 @@ def _positions(args, config) -> list[int] | None:
     return positions
 
 
-def predictions(config: induction.InductionConfig, positions=None) -> dict:
-    """`predict --model induction`'s output: with `positions`, the loss and per-phase
-    accuracy of that one-hot assignment; without, the optimum (Theorem 1), its loss, the
-    collision cost and coefficient; with both, the coverage law of m heads from a small
-    start, the growth rate and the eps bound."""
-    s, m, big_l, n = config.stride, config.heads, config.chunks, config.vocab
-    g, b = config.gamma, config.beta
-    out: dict = {"model": "induction"}
-    if positions is not None:
-        acc = theory.induction_assignment_phase_accuracy(positions, s, big_l, g, b)
-        out |= {
-            "positions": positions,
-            "loss": theory.induction_assignment_loss(positions, s, big_l, n, g, b),
-            "phase_accuracy": acc.tolist(),
-            "delta_max": theory.induction_delta_max(acc),
-        }
-        m = len(positions)
-    else:
-        best, optima = theory.induction_optimal_assignments(m, s, big_l, n, g, b)
-        out |= {"optimal_loss": best, "optimal_assignments": [list(a) for a in optima]}
-        if 2 <= m <= s - 1:
-            out |= {
-                "collision_cost": theory.induction_collision_cost(m, s, big_l, n, g, b),
-                "collision_coefficient": theory.induction_collision_coefficient(m, s, big_l, g, b),
-            }
-    out |= {
-        "coverage_distribution": theory.induction_coverage_distribution(m, s).tolist(),
-        "expected_uncovered": theory.induction_expected_uncovered(m, s),
-        "pair_coupling": theory.induction_pair_coupling(s, big_l, g, b),
-        "growth_rate": theory.induction_pair_growth_rate(s, big_l, g, b),
-        "concentration_slope": theory.induction_concentration_slope(s, big_l, g, b),
-        "eps_loss_bound": theory.induction_eps_bound(m, g, b, config.eps),
-    }
-    return out
+def _sgd(args: argparse.Namespace, config: induction.InductionConfig):
+    """With --lr given, the SGD whose coverage `predict` gives (--batch, --init-scale, --steps
+    given or the induction trainer's defaults); else None (the flow's occupancy law)."""
+    given = getattr(args, GIVEN, frozenset())
+    if "lr" not in given:
+        for flag in ("batch", "steps"):
+            if flag in given:
+                raise common.UsageError(f"--{flag}: the SGD coverage law needs --lr as well")
+        if args.head_batches:
+            raise common.UsageError("--head-batches: the SGD coverage law needs --lr as well")
+        return None
+    if config.gate != "static":
+        raise common.UsageError("--lr: the SGD coverage law covers static gates (--gate static)")
+    if not config.init_scale > 0:
+        raise common.UsageError(f"--init-scale: must be > 0 for the SGD coverage law, got {config.init_scale:g}")
+    sgd = _config(induction.InductionTrainConfig, args)
+    return sgd.replace(**{f.name: getattr(config, f.name) for f in dataclasses.fields(config)})
 
 
 def run_predict(args: argparse.Namespace) -> int:
@@ -206,7 +231,7 @@ def run_predict(args: argparse.Namespace) -> int:
     args.eps = saved
     config_eps = dataclasses.replace(config, eps=0.0)
     positions = _positions(args, config)
-    out = predictions(config_eps, positions)
+    out = induction_predictions(config_eps, positions, _sgd(args, config_eps))
     out["eps_loss_bound"] = theory.induction_eps_bound(
         len(positions) if positions else config.heads, config.gamma, config.beta, eps
     )

@@ -55,6 +55,7 @@ def register(subparsers) -> None:
         help="with --dim: also bisect for N_esc, the chunks past which SGD escapes (slow)",
     )
     common.add_output_flags(parser)
+    induction.record_given(parser)  # --init-scale, --lr, --batch, --steps: SGD's coverage law
     parser.set_defaults(handler=run)
 
 

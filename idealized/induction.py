@@ -95,13 +95,15 @@ class InductionConfig:
 class InductionTrainConfig(InductionConfig):
     """An `InductionConfig` trained by SGD: lr, batch (problems per step: a context and one
     query each), steps, eval_every (steps between records), eval_contexts (held-out contexts
-    for log-linear gates' measures)."""
+    for log-linear gates' measures), head_batches (static gates: each head's gradient from
+    its own batch, so the heads share no minibatch noise; docs/induction.md §9)."""
 
     lr: float = 1.0
     batch: int = 64
     steps: int = 2000
     eval_every: int = 100
     eval_contexts: int = 64
+    head_batches: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -109,6 +111,9 @@ class InductionTrainConfig(InductionConfig):
         check.positive_finite("lr", self.lr)
         for name in ("batch", "steps", "eval_every", "eval_contexts"):
             check.int_at_least(name, getattr(self, name), 1)
+        object.__setattr__(self, "head_batches", bool(self.head_batches))
+        if self.head_batches and self.gate != "static":
+            raise ConfigError("head_batches", "a batch per head is for static gates")
 
     @property
     def static(self) -> InductionTrainConfig:

@@ -87,6 +87,10 @@ from .induction import pair_coupling as induction_pair_coupling
 from .induction import pair_growth_rate as induction_pair_growth_rate
 from .induction import population_loss as induction_population_loss
 from .induction import selected_positions as induction_selected_positions
+from .induction_sgd import fluctuation_covariance as induction_fluctuation_covariance
+from .induction_sgd import pair_mode_readout as induction_pair_mode_readout
+from .induction_sgd import sgd_coverage_distribution as induction_sgd_coverage_distribution
+from .induction_sgd import shared_noise_ratio as induction_shared_noise_ratio
 from .interventions import ablation_effect as ablation_effect
 from .interventions import activation_patch_effect as activation_patch_effect
 from .interventions import best_head_accuracy as best_head_accuracy

@@ -15,6 +15,8 @@ from itertools import combinations_with_replacement
 import numpy as np
 from scipy.special import comb, stirling2
 
+from weakspots.idealized.metrics import delta_max as delta_max  # one home: best minus worst phase
+
 
 def _attention(gamma: float, chunks: int) -> tuple[float, float]:
     e = math.exp(gamma)
@@ -143,12 +145,6 @@ def assignment_phase_accuracy(positions, stride: int, chunks: int, gamma: float,
         rivals = [0.0, beta * c[q] * d] + [beta * c[r] / chunks for r in np.flatnonzero(c) if r != q]
         acc[q] = 1.0 if target > max(rivals) else 0.0
     return acc
-
-
-def delta_max(accuracy) -> float:
-    """The largest gap between two phases' accuracies."""
-    accuracy = np.asarray(accuracy, float)
-    return float(accuracy.max() - accuracy.min())
 
 
 def selected_positions(key_logits, value_logits) -> np.ndarray:

@@ -279,3 +279,61 @@ def selection_predictions(stride: int, chunks: int, topk: int, dim, weights) -> 
     out["accuracy"] = theory.topk_accuracy(weights, np.full(s, 1.0 / s), chunks, topk, dim).tolist()
     out["miss_gap"] = float(miss.max() - miss.min())
     return out
+
+
+def induction_predictions(config, positions=None, sgd=None) -> dict:
+    """`predict --model induction`'s output for `config` (an `idealized.induction.InductionConfig`;
+    docs/induction.md): with `positions`, the loss and per-phase accuracy of that one-hot
+    assignment; without, the optimum (Theorem 1), its loss, the collision cost and
+    coefficient; with both, the coverage law of m heads from a small start, the growth rate
+    and the eps bound. `coverage_distribution` (k = 0..m) is the flow's occupancy law, or with
+    `sgd` (an `InductionTrainConfig`: lr, batch, init_scale, steps) SGD's, whose minibatch
+    noise all heads share (`theory.induction_sgd_coverage_distribution`, docs/induction.md §9)."""
+    s, m, big_l, n = config.stride, config.heads, config.chunks, config.vocab
+    g, b = config.gamma, config.beta
+    out: dict = {"model": "induction"}
+    if positions is not None:
+        acc = theory.induction_assignment_phase_accuracy(positions, s, big_l, g, b)
+        out |= {
+            "positions": list(positions),
+            "loss": theory.induction_assignment_loss(positions, s, big_l, n, g, b),
+            "phase_accuracy": acc.tolist(),
+            "delta_max": theory.induction_delta_max(acc),
+        }
+        m = len(positions)
+    else:
+        best, optima = theory.induction_optimal_assignments(m, s, big_l, n, g, b)
+        out |= {"optimal_loss": best, "optimal_assignments": [list(a) for a in optima]}
+        if 2 <= m <= s - 1:
+            out |= {
+                "collision_cost": theory.induction_collision_cost(m, s, big_l, n, g, b),
+                "collision_coefficient": theory.induction_collision_coefficient(m, s, big_l, g, b),
+            }
+    occupancy = theory.induction_coverage_distribution(m, s)
+    coverage = occupancy
+    if sgd is not None:
+        hyper = (sgd.lr, sgd.batch, sgd.init_scale, sgd.steps)
+        own = {"head_batches": sgd.head_batches}
+        coverage = theory.induction_sgd_coverage_distribution(m, s, big_l, n, g, b, *hyper, **own)
+        out["coverage_law"] = "sgd, a batch per head" if sgd.head_batches else "sgd"
+        out["occupancy_distribution"] = occupancy.tolist()
+        out["shared_noise_ratio"] = (
+            theory.induction_shared_noise_ratio(m, s, big_l, n, g, b, *hyper, **own)
+            if m >= 2
+            else 0.0
+        )
+    else:
+        out["coverage_law"] = "occupancy"
+    out |= {
+        "coverage_distribution": coverage.tolist(),
+        "expected_uncovered": (
+            theory.induction_expected_uncovered(m, s)
+            if sgd is None
+            else float(np.sum(coverage * (s - 1 - np.arange(m + 1))))
+        ),
+        "pair_coupling": theory.induction_pair_coupling(s, big_l, g, b),
+        "growth_rate": theory.induction_pair_growth_rate(s, big_l, g, b),
+        "concentration_slope": theory.induction_concentration_slope(s, big_l, g, b),
+        "eps_loss_bound": theory.induction_eps_bound(m, g, b, config.eps),
+    }
+    return out

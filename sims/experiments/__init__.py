@@ -49,6 +49,7 @@ from weakspots.sims.experiments.induction import (
     induction_phase_accuracy,
     induction_time,
 )
+from weakspots.sims.experiments.induction.sgd_coverage import induction_sgd_coverage
 from weakspots.sims.experiments.pretrain import emergence as pretrain_emergence
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
@@ -132,6 +133,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     induction_collision.EXPERIMENT,
     induction_content.EXPERIMENT,
     induction_eps.EXPERIMENT,
+    induction_sgd_coverage.EXPERIMENT,
     # tables only
     linear_growth.EXPERIMENT,
     threshold.EXPERIMENT,

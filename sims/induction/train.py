@@ -44,12 +44,29 @@ def _trainer(config: InductionTrainConfig):
         if config.gate == "loglinear":
             contexts, chunk, position = _problems(k, config, config.batch)
             return induction.batch_loss(g, contexts, chunk, position, sc)
+        if config.head_batches:
+            return _head_batches_loss(g, k, sc)
         # Static gates read no tokens and chunks are exchangeable, so a problem's loss is
         # its query position's: the batch mean is the loss per position weighted by how
         # often the batch drew it (the same number, S - 1 evaluations instead of B).
         _, position = induction.sample_queries(k, config, config.batch)
         drawn = jnp.bincount(position, length=config.stride - 1) / config.batch
         return jnp.sum(drawn * induction.position_losses(g, config.chunks, sc))
+
+    def _head_batches_loss(g, k, sc):
+        # Head h's gradient is its own batch's: the sum over h of head h's batch loss with
+        # every other head held fixed (its value is not a loss; its gradient is the step).
+        heads, per = config.heads, config.stride - 1
+        _, position = induction.sample_queries(k, config, config.batch * heads)
+        drawn = jax.vmap(lambda p: jnp.bincount(p, length=per))(position.reshape(heads, -1))
+        own = jnp.arange(heads)[:, None, None]
+
+        def head(h, counts):
+            mine = jnp.where(own == h, g.logits, jax.lax.stop_gradient(g.logits))
+            losses = induction.position_losses(induction.StaticGates(mine), config.chunks, sc)
+            return jnp.sum(counts / config.batch * losses)
+
+        return jnp.sum(jax.vmap(head)(jnp.arange(heads), drawn))
 
     def one(gates, seed, lr, sc, held_out):
         key = jax.random.fold_in(jax.random.key(seed), 1)

@@ -147,9 +147,10 @@ def test_every_config_field_is_a_train_flag():
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     assert fields <= dests
     # and the model kinds' (idealized.footprint.FootprintTrainConfig, selection.SelectionTrainConfig,
-    # idealized.induction.InductionTrainConfig: its own fields, and `contexts` for SGD's samples)
+    # idealized.induction.InductionTrainConfig: its own fields, `contexts` for SGD's samples and
+    # `head_batches`, a batch per head)
     kinds = {"model", "window", "carry_gain", "decoy_gain", "topk"}
-    kinds |= {"vocab", "gamma", "beta", "kappa", "eps", "gate", "contexts"}
+    kinds |= {"vocab", "gamma", "beta", "kappa", "eps", "gate", "contexts", "head_batches"}
     assert dests - fields == {"seeds", "json", "quiet"} | kinds
     for action in train._actions:
         if action.dest in fields:

@@ -50,23 +50,19 @@ SIZES: dict[str, dict] = {
                 batch=8, lr=3e-3, warmup=50, seeds=2, log_every=50, val_batches=1),
     "smoke": dict(d_model=16, layers=1, heads=8, head_dim=4, mlp_hidden=16, seq_len=384,
                   batch=2, lr=3e-3, warmup=2, seeds=2, log_every=2, val_batches=1),
-    "cpu2": dict(d_model=128, layers=2, heads=4, head_dim=32, mlp_hidden=384, seq_len=128,
-                 batch=4, lr=1e-3, warmup=100, seeds=2, log_every=50, val_batches=4,
-                 checkpoint_every=2000, emergence_every=1000),
+    "cpu2": dict(d_model=128, layers=2, heads=4, head_dim=32, mlp_hidden=384, seq_len=384,
+                 batch=2, lr=1e-3, warmup=100, rope_theta=10_000.0, open_words=64, zipf=1.0,
+                 schedule="constant", seeds=2, log_every=50, val_batches=4,
+                 checkpoint_every=1000, emergence_every=1000),
 }  # fmt: skip
 """Shared fields per size: `h200` for one H200, `cpu` a reduced fallback, `smoke` a check,
-`cpu2` the CPU protocol of issue 57 (the emergence recipes' backbone at the peak lr that
-learns copying soonest; docs/pretraining.md, "The CPU protocol")."""
+`cpu2` the CPU protocol of issue 57: the one emergence recipe whose copying became
+key-specific on this machine (docs/pretraining.md, "The CPU protocol"); its 384-token context
+holds the paper's 372-token lookup."""
 PROBE_STEPS = {"h200": 100, "cpu": 50, "smoke": 4, "cpu2": 100}  # first round: two blocks
-MAX_STEPS = {"h200": 6000, "cpu": 2000, "smoke": 6, "cpu2": 40000}
+MAX_STEPS = {"h200": 6000, "cpu": 2000, "smoke": 6, "cpu2": 200000}
 PAPER_PROMPTS = 480  # prompts per residue group (`weakspots lm lookup`'s default)
 EVAL_BATCH = {"h200": 256, "cpu": 32, "smoke": 32, "cpu2": 64}
-LOOKUP_SHAPE = {
-    "cpu2": ["--records", "20", "--demonstrations", "4", "--spread", "12", "--modulus", "8"]
-}
-"""The lookup's size where the context is shorter than the paper's 372-token prompts: the
-emergence probe's rung for 128 tokens (`sims.pretrain.emergence.probe_shape`), residues
-modulo 8, a multiple of both strides the size runs (4 and 8)."""
 PADDINGS = ("prefix", "in-sequence")
 
 
@@ -82,7 +78,7 @@ def pretrain_argv(design: str, size: str, steps: int, out: str) -> list[str]:
 def lookup_argv(out: str, padding: str, size: str, prompts: int = PAPER_PROMPTS) -> list[str]:
     return ["lm", "lookup", "--checkpoint", out, "--padding", padding,
             "--prompts-per-residue", str(prompts), "--batch", str(EVAL_BATCH[size]),
-            *LOOKUP_SHAPE.get(size, []), "--json", "--quiet"]  # fmt: skip
+            "--json", "--quiet"]  # fmt: skip
 
 
 def command(argv: list[str]) -> str:

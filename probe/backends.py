@@ -513,9 +513,20 @@ class HFBackend(Backend):
         device = self.device
         with self._lock, torch.inference_mode():
             cache = prefill(self.model, self.press.press, torch.tensor([list(prompt[:split])], device=device))
-            ids = torch.tensor([list(prompt[split:])], device=device)
-            positions = torch.arange(split, len(prompt), device=device)[None]
-            out = self._forward(input_ids=ids, position_ids=positions, cache=cache)
+            # A press may leave layers of different lengths (ChunkKV keeps the incomplete last
+            # chunk in some layers only), and transformers builds one mask for every layer from
+            # the first one's length; one token at a time needs no mask.
+            lengths = {layer.keys.shape[2] for layer in cache.layers}
+            step = len(prompt) - split if len(lengths) == 1 else 1
+            out = None
+            for start in range(split, len(prompt), step):
+                end = min(start + step, len(prompt))
+                out = self._forward(
+                    input_ids=torch.tensor([list(prompt[start:end])], device=device),
+                    position_ids=torch.arange(start, end, device=device)[None],
+                    cache=cache if out is None else self._cache_of(out),
+                )
+            positions = torch.tensor([[len(prompt) - 1]], device=device)
             tokens, values = [], []
             for step in range(steps):
                 logp = torch.log_softmax(out.logits[0, -1].float(), -1)

@@ -18,8 +18,14 @@ CAPTION = (
 )
 
 
+SHORT = (("compression_ratio", "ratio"), ("chunk_length", "chunk"), ("block_size", "B"),
+         ("window_size", "window"), ("Press", ""))  # fmt: skip
+
+
 def _label(report: dict, stats: dict) -> str:
     name = report.get("press") or "uncompressed"
+    for long, short in SHORT:
+        name = name.replace(long, short)
     if report.get("question_aware"):
         name += " [q-aware]"
     if len(name) > 60:

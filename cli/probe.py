@@ -148,6 +148,24 @@ def register(subparsers) -> None:
         help="given operator weights (softmax_pool: pooling_logits; deepseek_v4: wgate, ape, "
         "wkv; a leading layer axis); default: random from --seed",
     )  # fmt: skip
+    presses = parser.add_argument_group("KV-cache presses (hf backend)")
+    presses.add_argument(
+        "--press", action="append", dest="presses", default=[], metavar="SPEC",
+        help="a press as Python call syntax, e.g. 'ChunkKVPress(press=SnapKVPress("
+        "compression_ratio=0.5), chunk_length=8)': kvpress's presses (pip install "
+        "weakspots[kvpress]) or the project's (BlockSelectionPress, PlantedPress); the context is "
+        "compressed at prefill, the question and answer decoded after it. Repeat for a scan of "
+        "several; the uncompressed model runs first on the same prompts",
+    )  # fmt: skip
+    presses.add_argument(
+        "--question-aware", action="store_true",
+        help="with --press: the question inside the compressed context (kvpress's "
+        "question-aware setting); default: compressed before the question is seen",
+    )  # fmt: skip
+    presses.add_argument(
+        "--no-dense", action="store_true",
+        help="with --press: skip the uncompressed control run",
+    )  # fmt: skip
     running = parser.add_argument_group("running")
     running.add_argument("--store", help="directory of the trial store (weakspots.load reads it)")
     running.add_argument(
@@ -182,7 +200,7 @@ FIELDS = (
     "bos", "concurrency", "max_retries", "timeout",
     "store", "resume",
     "compress", "window", "compress_stride", "local_window", "compress_weights", "prefix",
-    "candidates", "lengths", "families",
+    "candidates", "lengths", "families", "question_aware",
 )  # fmt: skip
 
 
@@ -191,9 +209,14 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.backoff >= 0:
         raise common.UsageError(f"--backoff: seconds >= 0, got {args.backoff}")
-    config = ProbeConfig(**{name: getattr(args, name) for name in FIELDS})
+    if args.no_dense and not args.presses:
+        raise common.UsageError("--no-dense: applies with --press")
+    first = args.presses[0] if args.presses else None
+    config = ProbeConfig(press=first, **{name: getattr(args, name) for name in FIELDS})
     if args.plan is not None or config.task == "flip":
         return _protocols(args, config)
+    if args.presses:
+        return _scan(args, config)
     report = probe(config, progress=common.progress_enabled(args), backoff=args.backoff)
     if args.figures:
         from weakspots.figures.probe import save
@@ -217,6 +240,40 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _scan(args: argparse.Namespace, config: ProbeConfig) -> int:
+    """`--press SPEC` (repeated): the uncompressed control, then each press, on the same prompts."""
+    from weakspots.probe.scan import press_scan, press_table
+
+    reports = press_scan(config, args.presses, dense=not args.no_dense,
+                         progress=common.progress_enabled(args), backoff=args.backoff)  # fmt: skip
+    if args.figures:
+        from weakspots.figures.probe_presses import save
+
+        paths = save(reports, args.figures)
+        for report in reports:
+            report["figures"] = paths
+    if args.json:
+        common.print_json(reports)
+    else:
+        print("\n\n".join(format_report(r) for r in reports))
+        print()
+        print(format_press_table(press_table(reports)))
+    return 0 if any(r["trials"] for r in reports) or not any(r["planned"] for r in reports) else 1
+
+
+def format_press_table(rows: list[dict]) -> str:
+    """The per-method summary (`probe.scan.press_table`) as text."""
+    body = [
+        [r["method"] + (" (question-aware)" if r["question_aware"] else ""), r["stride"], r["trials"],
+         "-" if r["mean"] is None else f"{r['mean']:.3f}", r["worst_phase"],
+         _ci(r["delta_max"], r["delta_max_ci"]), "-" if r["p"] is None else f"{r['p']:.4f}",
+         "none" if r["dominant_period"] is None else format(r["dominant_period"], "g")]
+        for r in rows
+    ]  # fmt: skip
+    return common.table(["method", "stride", "trials", "mean", "worst phase", "delta_max [95%]",
+                         "p", "period"], body)  # fmt: skip
 
 
 def _protocols(args: argparse.Namespace, config: ProbeConfig) -> int:
@@ -267,6 +324,8 @@ def format_report(report: dict) -> str:
         f"probe {report['backend']} {report['model']} ({report['task']}, tokenizer "
         f"{report['tokenizer']}"
         + (", control design: phases are the labels k, t" if report.get("design") == "control" else "")
+        + (f", press {report['press']} ({report['press_library']}"
+           + (", question-aware)" if report.get("question_aware") else ")") if report.get("press") else "")
         + f"): {report['trials']} trials scored, {report['failed']} failed"
         + (f", {report['unasked']} not asked" if report["unasked"] else "")
     ]

@@ -93,6 +93,14 @@ class Backend(abc.ABC):
         texts = texts or [None] * len(prompts)
         return [self.complete(p, m, t) for p, m, t in zip(prompts, max_tokens, texts, strict=True)]
 
+    def complete_trials(self, trials) -> list[Completion]:
+        """The greedy continuations of `trials` (`probe.trial.Trial`): `complete_many` on
+        their prompts (a backend that needs more of a trial, such as where its question
+        starts, reads it here)."""
+        return self.complete_many(
+            [t.prompt for t in trials], [t.max_tokens for t in trials], [t.text for t in trials]
+        )
+
     def framing(self, tokenizer: Tokenizer) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Ids the model reads before the prompt's text and after it (none by default)."""
         del tokenizer
@@ -383,7 +391,10 @@ class HFBackend(Backend):
     (`auto`: as the tokenizer does) and `chat`/`system` (the tokenizer's chat template
     around the prompt) are what `framing` adds around the text. `model_kwargs` go to
     `from_pretrained` as they are (for instance `attn_implementation`, an attention
-    function registered with transformers).
+    function registered with transformers). `press` (a `probe.press.PressSpec`): the
+    context (the prompt before its question; with `question_aware`, all but the prompt's
+    last token) is prefilled under the press, one prompt at a time, and the rest of the
+    prompt and the answer are decoded after it, uncompressed (`probe.press.prefill`).
     """
 
     name = "hf"
@@ -400,6 +411,8 @@ class HFBackend(Backend):
         chat: bool = False,
         system: str | None = None,
         model_kwargs: dict | None = None,
+        press=None,
+        question_aware: bool = False,
     ):
         try:
             import torch
@@ -420,6 +433,7 @@ class HFBackend(Backend):
             dtype = "float32" if device == "cpu" else "auto"
         self.device, self.batch_size = device, int(batch)
         self.bos, self.chat, self.system = bos, chat, system
+        self.press, self.question_aware = press, bool(question_aware)
         from transformers.utils import logging as hf_logging
 
         bars = hf_logging.is_progress_bar_enabled()
@@ -443,7 +457,10 @@ class HFBackend(Backend):
 
     @property
     def identity(self) -> dict:
-        return {"backend": self.name, "model": self.model_id, "dtype": self.dtype}
+        identity = {"backend": self.name, "model": self.model_id, "dtype": self.dtype}
+        if self.press is not None:
+            identity.update(self.press.identity, question_aware=self.question_aware)
+        return identity
 
     def tokenizer(self, spec: str) -> Tokenizer:
         if spec == "auto":
@@ -475,6 +492,56 @@ class HFBackend(Backend):
 
     def complete(self, prompt: tuple[int, ...], max_tokens: int, text: str | None = None) -> Completion:
         return self.complete_many([prompt], [max_tokens])[0]
+
+    def complete_trials(self, trials) -> list[Completion]:
+        if self.press is None:
+            return super().complete_trials(trials)
+        completions = []
+        for trial in trials:
+            if trial.question < 1:
+                raise RequestError("a press needs to know where the prompt's question starts")
+            split = len(trial.prompt) - (1 if self.question_aware else trial.question)
+            completions.append(self._pressed(trial.prompt, split, trial.max_tokens))
+        return completions
+
+    def _pressed(self, prompt: tuple[int, ...], split: int, steps: int) -> Completion:
+        """Greedy decoding after `prompt[:split]` was prefilled under the press (class docstring)."""
+        import torch
+
+        from .press import prefill
+
+        device = self.device
+        with self._lock, torch.inference_mode():
+            cache = prefill(self.model, self.press.press, torch.tensor([list(prompt[:split])], device=device))
+            # A press may leave layers of different lengths (ChunkKV keeps the incomplete last
+            # chunk in some layers only), and transformers builds one mask for every layer from
+            # the first one's length; one token at a time needs no mask.
+            lengths = {layer.keys.shape[2] for layer in cache.layers}
+            step = len(prompt) - split if len(lengths) == 1 else 1
+            out = None
+            for start in range(split, len(prompt), step):
+                end = min(start + step, len(prompt))
+                out = self._forward(
+                    input_ids=torch.tensor([list(prompt[start:end])], device=device),
+                    position_ids=torch.arange(start, end, device=device)[None],
+                    cache=cache if out is None else self._cache_of(out),
+                )
+            positions = torch.tensor([[len(prompt) - 1]], device=device)
+            tokens, values = [], []
+            for step in range(steps):
+                logp = torch.log_softmax(out.logits[0, -1].float(), -1)
+                token = int(logp.argmax())
+                tokens.append(token)
+                values.append(float(logp[token]))
+                if token in self._eos or step == steps - 1:
+                    break
+                positions = positions[:, -1:] + 1
+                out = self._forward(
+                    input_ids=torch.tensor([[token]], device=device), position_ids=positions,
+                    cache=self._cache_of(out),
+                )  # fmt: skip
+        tokenizer = self._tokenizer or ByteTokenizer()
+        return Completion(tokenizer.decode(tokens), tuple(tokens), tuple(values))
 
     def complete_many(self, prompts, max_tokens, texts=None) -> list[Completion]:
         """Greedy continuations of `prompts` decoded as one batch (class docstring)."""
@@ -688,6 +755,7 @@ def make_backend(config) -> Backend:
             config.model, dtype=config.dtype, device=config.device, batch=config.concurrency,
             bos=config.bos, chat=config.chat, system=config.system,
             model_kwargs=getattr(config, "model_kwargs", None),
+            press=config.press_spec, question_aware=config.question_aware,
         )  # fmt: skip
     return DecoderBackend(config.checkpoint)
 

@@ -139,6 +139,9 @@ class ProbeConfig:
     compress_stride: int | None = None
     local_window: int = 16
     compress_weights: str | None = None
+    # a KV-cache press at prefill (probe/press.py): kvpress's or the project's
+    press: str | None = None
+    question_aware: bool = False
     prefix: str | None = None
     candidates: tuple[str, ...] = ()
     lengths: int | None = None
@@ -225,12 +228,36 @@ class ProbeConfig:
                 )
         if self.checkpoint is not None and not pathlib.Path(self.checkpoint).expanduser().is_file():
             raise ConfigError("checkpoint", f"no such file: {self.checkpoint}")
+        self._check_press()
         if self.backend == "hf":
             model = pathlib.Path(str(self.model)).expanduser()
             if not (model / "config.json").is_file():
                 raise ConfigError(
                     "model", f"{self.model} is not a Hugging Face model directory (no config.json)"
                 )
+
+    def _check_press(self):
+        if self.question_aware and self.press is None:
+            raise ConfigError("question_aware", "puts the question inside a press's context: pass --press")
+        if self.press is None:
+            return
+        if self.backend != "hf":
+            raise ConfigError("press", "applies to the hf backend only")
+        if self.compress is not None:
+            raise ConfigError("press", "a press and --compress are two compressions: pass one")
+        if self.task not in ("passkey", "kv"):
+            raise ConfigError("press", f"applies to the passkey and kv tasks (a question after the "
+                                       f"context), not {self.task}")  # fmt: skip
+        self.press_spec  # noqa: B018 (parsed here, so a bad SPEC is refused before any model load)
+
+    @property
+    def press_spec(self):
+        """The `probe.press.PressSpec` that `press` names (None without one)."""
+        if self.press is None:
+            return None
+        from .press import parse_press
+
+        return parse_press(self.press)
 
     @property
     def model_kwargs(self) -> dict | None:
@@ -398,6 +425,7 @@ def text_trials(
                             text,
                             tuple(tokenizer.encode(text)) == ids if check else None,
                             reply=bool(trail),
+                            question=_length(lay.question) + len(trail),
                         )
                     )
                 block += 1

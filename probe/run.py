@@ -111,7 +111,7 @@ def ask(
         if stop is not None and stop.is_set():
             break
         try:
-            completion = backend.complete(trial.prompt, trial.max_tokens, trial.text)
+            completion = backend.complete_trials([trial])[0]
         except TransientError as transient:
             error = str(transient)
             if attempt < max_retries:
@@ -138,9 +138,7 @@ def ask_many(backend: Backend, trials: list[Trial], *, by_ids: bool, **retry) ->
     """Trials answered as one batch (`Backend.complete_many`); one by one, with retries,
     where the batch fails on a request error."""
     try:
-        completions = backend.complete_many(
-            [t.prompt for t in trials], [t.max_tokens for t in trials], [t.text for t in trials]
-        )
+        completions = backend.complete_trials(trials)
     except (TransientError, RequestError):
         return [ask(backend, t, by_ids=by_ids, **retry) for t in trials]
     return [scored(t, c, by_ids, 1) for t, c in zip(trials, completions, strict=True)]
@@ -390,6 +388,9 @@ def summarise(config, backend, trials, hashes, rows, tokenizer_name) -> dict:
         "seed": config.seed,
         "store": config.store,
     }
+    identity = backend.identity
+    if "press" in identity:  # probe.press: which press, from which library and version
+        report.update({k: identity[k] for k in ("press", "press_library", "question_aware")})
     report.update(phase_report(scored_trials, config.stride, config.seed))
     # Group g's tail shift is (k + g) mod S, so at stride s the needle and tail phases are
     # fully crossed once a cell holds a multiple of s groups (text tasks; recall has one tail).

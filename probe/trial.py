@@ -19,6 +19,8 @@ class Trial:
     exactly these ids (None where not checked: a server's tokenizer, the recall task).
     `reply`: the prompt ends in a chat template's assistant turn, so the answer comes in
     a reply of the model's own wording rather than right after the question.
+    `question`: how many ids at the prompt's end are the question and what follows it (a
+    chat template's closing), where a press's compressed context ends (0: not known).
     """
 
     coordinates: dict
@@ -31,6 +33,7 @@ class Trial:
     text: str | None = None
     natural: bool | None = None
     reply: bool = False
+    question: int = 0
 
     @property
     def prompt_length(self) -> int:

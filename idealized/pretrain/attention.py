@@ -21,13 +21,16 @@ j only when the window is complete, `jS + W - 1 <= t`. Exact recent tokens: `loc
 window` reads tokens `t - local_window + 1 .. t` (they may also sit in a visible entry,
 as in the paper's models: no token is removed from either branch), `local = tail` reads
 only tokens after the last token of the last visible entry (all of `0 .. t` before the
-first window completes). One softmax runs over the visible entries and exact tokens.
+first window completes). One softmax runs over the visible entries and exact tokens. The
+exact tokens are read as a band (`Band`): every query scores only the `2 w` tokens of its
+block of `w = exact_span` and the block before (`T x 2w` products, not `T x T`), masked to
+the tokens above.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -107,16 +110,37 @@ def last_entry_token(config: PretrainConfig, length: int | None = None) -> Array
     return jnp.where(t >= config.window - 1, last, -1)
 
 
+def _reads_exactly(config: PretrainConfig, t: Array, u: Array, length: int | None) -> Array:
+    """Whether query t reads token u exactly (`t`, `u` broadcastable integer arrays)."""
+    if config.local == "window":
+        recent = t - u < config.local_window
+    else:
+        recent = u > last_entry_token(config, length)[t]
+    return (u <= t) & (u >= 0) & recent
+
+
 def exact_visibility(config: PretrainConfig, length: int | None = None) -> Bool[Array, "T T"]:
     """The exact tokens query t reads: `t - u < local_window` (`local = window`), or
     `u > last_entry_token(t)` (`local = tail`), always with `u <= t`."""
     t = _positions(config, length)[:, None]
-    u = _positions(config, length)[None, :]
-    if config.local == "window":
-        recent = t - u < config.local_window
-    else:
-        recent = u > last_entry_token(config, length)[:, None]
-    return (u <= t) & recent
+    return _reads_exactly(config, t, _positions(config, length)[None, :], length)
+
+
+def exact_span(config: PretrainConfig) -> int:
+    """How far back an exact token can lie: `t - u < exact_span` for every token query t
+    reads. `local = window`: `local_window`. `local = tail`: `window` (before the first
+    window completes t < W - 1; after, the last visible entry ends less than S <= W
+    tokens before t)."""
+    return config.local_window if config.local == "window" else config.window
+
+
+def band_visibility(config: PretrainConfig, length: int | None = None) -> Bool[Array, "T M"]:
+    """`exact_visibility` on the band `Band` computes: slot m of query t holds token
+    `u = (t // w - 1) w + m`, `w = exact_span`, `M = 2 w`."""
+    width = exact_span(config)
+    t = _positions(config, length)[:, None]
+    u = (t // width - 1) * width + jnp.arange(2 * width)[None, :]
+    return _reads_exactly(config, t, u, length)
 
 
 HeadOverride = tuple[Bool[Array, " H"], Float[Array, "*B H hd"]]
@@ -132,24 +156,83 @@ def override_last(heads: Float[Array, "B T H hd"], override: HeadOverride | None
     return heads.at[:, -1].set(last.astype(heads.dtype))
 
 
+class Keys(NamedTuple):
+    """Keys and values every query may read, `mask[t, n]`: whether query t reads slot n."""
+
+    keys: Float[Array, "B N G hd"]
+    values: Float[Array, "B N G hd"]
+    mask: Bool[Array, "T N"]
+
+    def scores(self, q: Float[Array, "B T G R hd"]) -> Float[Array, "B G R T N"]:
+        scores = jnp.einsum("btgrd,bngd->bgrtn", q, self.keys)
+        return jnp.where(self.mask[None, None, None], scores, MASKED)
+
+    def mix(self, weights: Float[Array, "B G R T N"]) -> Float[Array, "B T G R hd"]:
+        return jnp.einsum("bgrtn,bngd->btgrd", weights, self.values)
+
+
+def _pad_rows(y: Array, axis: int, before: int, after: int) -> Array:
+    pad = [(0, 0)] * y.ndim
+    pad[axis] = (before, after)
+    return jnp.pad(y, pad)
+
+
+def _block_pairs(y: Float[Array, "B T G hd"], width: int) -> Float[Array, "B K M G hd"]:
+    """Tokens of blocks `k - 1` and `k` of `width` each, side by side (`M = 2 width`; the
+    block before the first is zeros, the last block padded with zeros)."""
+    batch, length = y.shape[:2]
+    count = -(-length // width)
+    y = _pad_rows(y, 1, width, count * width - length)
+    blocks = y.reshape(batch, count + 1, width, *y.shape[2:])
+    return jnp.concatenate([blocks[:, :-1], blocks[:, 1:]], axis=2)
+
+
+class Band(NamedTuple):
+    """Keys and values of the `width` tokens before each query, computed block by block:
+    the queries of block k (tokens `kw .. kw + w - 1`) read the `2w` tokens of blocks
+    `k - 1` and `k`, `mask[t, m]` (`band_visibility`) which of them; the work is `T x 2w`
+    scores, not `T x T`."""
+
+    keys: Float[Array, "B T G hd"]
+    values: Float[Array, "B T G hd"]
+    mask: Bool[Array, "T M"]
+    width: int
+
+    def scores(self, q: Float[Array, "B T G R hd"]) -> Float[Array, "B G R T M"]:
+        batch, length = q.shape[:2]
+        count = -(-length // self.width)
+        blocks = _pad_rows(q, 1, 0, count * self.width - length)
+        blocks = blocks.reshape(batch, count, self.width, *q.shape[2:])
+        scores = jnp.einsum("bkigrd,bkmgd->bgrkim", blocks, _block_pairs(self.keys, self.width))
+        scores = scores.reshape(*scores.shape[:3], count * self.width, 2 * self.width)
+        return jnp.where(self.mask[None, None, None], scores[:, :, :, :length], MASKED)
+
+    def mix(self, weights: Float[Array, "B G R T M"]) -> Float[Array, "B T G R hd"]:
+        length = weights.shape[3]
+        count = -(-length // self.width)
+        weights = _pad_rows(weights, 3, 0, count * self.width - length)
+        weights = weights.reshape(*weights.shape[:3], count, self.width, 2 * self.width)
+        out = jnp.einsum("bgrkim,bkmgd->bkigrd", weights, _block_pairs(self.values, self.width))
+        return out.reshape(out.shape[0], count * self.width, *out.shape[3:])[:, :length]
+
+
 def grouped_attention(
     q: Float[Array, "B T H hd"],
-    sources: list[tuple[Float[Array, "B N G hd"], Float[Array, "B N G hd"], Bool[Array, "T N"]]],
+    sources: list[Keys | Band | tuple[Array, Array, Bool[Array, "T N"]]],
 ) -> Float[Array, "B T H hd"]:
     """One softmax per query over every source's visible keys (grouped queries: head h
-    reads KV head `h // (H / G)`); returns the weighted values."""
+    reads KV head `h // (H / G)`); returns the weighted values. A plain `(keys, values,
+    mask)` tuple is read as `Keys`."""
     batch, length, heads, width = q.shape
-    groups = sources[0][0].shape[2]
+    sources = [s if isinstance(s, Keys | Band) else Keys(*s) for s in sources]
+    groups = sources[0].keys.shape[2]
     q = q.reshape(batch, length, groups, heads // groups, width) / jnp.sqrt(width).astype(q.dtype)
-    scores = [
-        jnp.where(mask[None, None, None], jnp.einsum("btgrd,bngd->bgrtn", q, k), MASKED)
-        for k, _, mask in sources
-    ]
+    scores = [source.scores(q) for source in sources]
     sizes = [s.shape[-1] for s in scores]
     weights = jax.nn.softmax(jnp.concatenate(scores, axis=-1), axis=-1)
     out, start = 0.0, 0
-    for (_, v, _), size in zip(sources, sizes, strict=True):
-        out = out + jnp.einsum("bgrtn,bngd->btgrd", weights[..., start : start + size], v)
+    for source, size in zip(sources, sizes, strict=True):
+        out = out + source.mix(weights[..., start : start + size])
         start += size
     return out.reshape(batch, length, heads, width)
 
@@ -254,7 +337,7 @@ class FullAttention(AbstractAttentionKind):
         k, v = self.exact(x)
         k = self.normed_keys(k, positions)
         mask = causal_visibility(x.shape[1])
-        return grouped_attention(self.queries(x), [(k, v, mask)])
+        return grouped_attention(self.queries(x), [Keys(k, v, mask)])
 
 
 class WindowPooling(nnx.Module):
@@ -335,8 +418,9 @@ class CompressedAttention(AbstractAttentionKind):
         gate = {"scalar": g, "vector": g * hd, "uniform": 0}[config.gate]
         pooled = config.entries * config.window
         pooling = branches * 2.0 * pooled * d * (g * hd + gate)
-        slots = config.seq_len + config.entries  # exact tokens computed densely, then masked
-        attention = 4.0 * config.seq_len * slots * config.heads * hd
+        span = exact_span(config)
+        band = -(-config.seq_len // span) * span * 2 * span  # padded blocks of 2 span keys
+        attention = 4.0 * (config.seq_len * config.entries + band) * config.heads * hd
         return cls.projection_flops(config, branches) + pooling + attention
 
     def entries(self, x: Tokens) -> tuple[Entries, Entries]:
@@ -352,8 +436,8 @@ class CompressedAttention(AbstractAttentionKind):
         v = k if v is None else v
         ek, ev = self.entries(x)
         sources = [
-            (ek, ev, entry_visibility(self.config, x.shape[1])),
-            (k, v, exact_visibility(self.config, x.shape[1])),
+            Keys(ek, ev, entry_visibility(self.config, x.shape[1])),
+            Band(k, v, band_visibility(self.config, x.shape[1]), exact_span(self.config)),
         ]
         return grouped_attention(self.queries(x), sources)
 

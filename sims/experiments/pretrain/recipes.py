@@ -133,13 +133,17 @@ def entry(name: str, run_dir: Path, machine_name: str) -> dict:
     }
 
 
-def record(results: Path, out: Path, names=None) -> list[dict]:
+def record(results: Path, out: Path, names=None, note: str | None = None) -> list[dict]:
+    """Every recipe with a run under `results` as `entry`, written to `out`; `note`: what the
+    machine was doing while the runs trained (the load `machine()` reads is the recording's)."""
     machine_name = machine()
     entries = [
         entry(name, results / name, machine_name)
         for name in names or RECIPES
         if (results / name / "history.json").exists()
     ]
+    if note:
+        entries = [{**e, "note": note} for e in entries]
     out.write_text(json.dumps(entries, indent=1) + "\n")
     return entries
 
@@ -150,6 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--results", type=Path, default=Path("runs/emergence"))
     parser.add_argument("--recipes", nargs="*", choices=tuple(RECIPES), default=None)
     parser.add_argument("--out", type=Path, default=None, help="record: where (default: runs/)")
+    parser.add_argument("--note", default=None, help="record: the load while the runs trained")
     args = parser.parse_args(argv)
     if args.action == "commands":
         for name in args.recipes or RECIPES:
@@ -158,7 +163,7 @@ def main(argv=None) -> int:
         run_recipes(args.results, args.recipes)
     else:
         out = args.out or Path(str(resources.files(__package__))) / "runs" / RECORDING
-        entries = record(args.results, out, args.recipes)
+        entries = record(args.results, out, args.recipes, args.note)
         print(f"recorded {len(entries)} recipe(s) in {out}")
     return 0
 

@@ -228,13 +228,19 @@ def _checkpoint(
 
 
 def _check_same_run(out_dir: Path, config: PretrainConfig) -> None:
+    """Refuse to resume a run of another config, except a constant-rate run asked for more
+    steps (its trajectory does not depend on `steps`): that one is extended."""
     stored = checkpoint.read_config(out_dir)
-    if stored != config:
-        changed = [k for k, v in config.asdict().items() if stored.asdict()[k] != v]
-        raise ValueError(
-            f"{out_dir} holds a run of another config ({', '.join(changed)} differ); "
-            "use a new --out directory"
-        )
+    if stored == config:
+        return
+    changed = [k for k, v in config.asdict().items() if stored.asdict()[k] != v]
+    if changed == ["steps"] and config.schedule == "constant" and config.steps > stored.steps:
+        checkpoint.write_json(out_dir / checkpoint.CONFIG, config.asdict())
+        return
+    raise ValueError(
+        f"{out_dir} holds a run of another config ({', '.join(changed)} differ); "
+        "use a new --out directory"
+    )
 
 
 def _history_json(out_dir: Path) -> dict:

@@ -208,3 +208,23 @@ def test_rescoring_the_last_checkpoint_repeats_the_last_measurement(tmp_path):
     assert scores["steps"] == [2, 4]
     assert scores["copy_accuracy_contested"][-1] == history.copy_accuracy_contested[-1]
     assert scores["lookup_prefix"][-1] == history.lookup_prefix[-1]
+
+
+def test_a_constant_rate_run_extends_bit_for_bit(tmp_path):
+    """Asked for more steps, a constant-rate run continues where it stopped and ends with the
+    parameters of a run asked for those steps from the start; a cosine run is refused."""
+    config = TINY.replace(schedule="constant", steps=4, emergence_every=0, checkpoint_every=2)
+    pretrain(config, out_dir=tmp_path / "short")
+    longer = pretrain(config.replace(steps=6), out_dir=tmp_path / "short")
+    whole = pretrain(config.replace(steps=6), out_dir=tmp_path / "whole")
+    assert longer.loss == whole.loss and longer.steps[-1] == 6
+    with (
+        np.load(tmp_path / "short" / "state.npz") as a,
+        np.load(tmp_path / "whole" / "state.npz") as b,
+    ):
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
+    cosine = config.replace(schedule="cosine")
+    pretrain(cosine, out_dir=tmp_path / "cosine")
+    with pytest.raises(ValueError, match="steps differ"):
+        pretrain(cosine.replace(steps=6), out_dir=tmp_path / "cosine")

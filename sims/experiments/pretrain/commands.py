@@ -4,9 +4,9 @@ study's recordings (`sweep`, `recipes`)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from weakspots.idealized.pretrain.config import PretrainConfig
+from weakspots.sims.machine import describe
 
 
 def argv_of(chosen: PretrainConfig, out: str) -> list[str]:
@@ -25,23 +25,15 @@ def argv_of(chosen: PretrainConfig, out: str) -> list[str]:
 
 
 def machine() -> str:
-    """The accelerator (or CPU) jax runs on, in words: the CPU's model and cores, jax's and
-    jaxlib's (XLA's) versions, and the load average when asked."""
+    """The device jax runs on and the machine (`sims.machine.describe`: the CPU's model, jax's
+    and jaxlib's versions) in words, with its cores and the load average when asked."""
     import jax  # the designs as command lines need no jax; only this report does
-    import jaxlib
 
     device = jax.devices()[0]
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    facts = describe()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
-        f"{device.platform}: {getattr(device, 'device_kind', '?')}; CPU {cpu} x "
-        f"{os.cpu_count()} cores; jax {jax.__version__}, jaxlib (XLA) {jaxlib.__version__}; "
+        f"{device.platform}: {getattr(device, 'device_kind', '?')}; CPU {facts['cpu']} x "
+        f"{os.cpu_count()} cores; jax {facts['jax']}, jaxlib (XLA) {facts['jaxlib (XLA)']}; "
         f"load {load:.1f}"
     )

@@ -14,7 +14,6 @@ commands, the machine, the measured and predicted distributions); full trains th
 from __future__ import annotations
 
 import json
-import platform
 import shlex
 import subprocess
 import sys
@@ -23,7 +22,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from weakspots import theory
@@ -32,6 +30,7 @@ from weakspots.sims.experiments.experiment import Experiment, Row, Table
 from weakspots.sims.experiments.induction.shared import PHYSICS
 from weakspots.sims.induction.flow import solve
 from weakspots.sims.induction.train import train_runs
+from weakspots.sims.machine import describe
 
 TOLERANCE = 0.08  # total variation between the law and 256 SGD seeds (issue 59)
 SEEDS = 256
@@ -146,23 +145,8 @@ def flow_command(config: InductionFlowConfig, seeds: int = SEEDS) -> list[str]:
 
 
 def machine() -> dict:
-    """The CPU, jax and XLA (jaxlib) versions the record was made with."""
-    import jaxlib
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "jax": jax.__version__,
-        "jaxlib (XLA)": jaxlib.__version__,
-        "python": platform.python_version(),
-    }
+    """The CPU, jax and XLA (jaxlib) versions the record was made with (`sims.machine`)."""
+    return describe()
 
 
 def distribution(distinct, heads: int) -> list[float]:

@@ -43,6 +43,20 @@ ChunkGates = Float[Array, "H L S"]
 Tokens = Int[Array, "L S"]
 
 
+def check_task(config, min_stride: int = 2) -> None:
+    """The checks every induction model's config shares (`InductionConfig`, and the eps and
+    content models' configs): stride S >= `min_stride`, heads, chunks, a vocabulary of at
+    least L S tokens, positive gamma and beta, a start's scale and a seed. Raises ConfigError."""
+    check.int_at_least("stride", config.stride, min_stride)
+    check.int_at_least("heads", config.heads, 1)
+    check.int_at_least("chunks", config.chunks, 1)
+    check.int_at_least("vocab", config.vocab, config.stride * config.chunks)
+    check.positive_finite("gamma", config.gamma)
+    check.positive_finite("beta", config.beta)
+    check.nonnegative_finite("init_scale", config.init_scale)
+    check.int_at_least("seed", config.seed, 0)
+
+
 @dataclass(frozen=True)
 class InductionConfig:
     """The induction model and task (field names = the CLI's flags).
@@ -68,24 +82,20 @@ class InductionConfig:
     def __post_init__(self):
         for name in ("gamma", "beta", "kappa", "eps", "init_scale"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        check.int_at_least("stride", self.stride, 2)
-        check.int_at_least("heads", self.heads, 1)
-        check.int_at_least("chunks", self.chunks, 1)
-        check.int_at_least("vocab", self.vocab, self.stride * self.chunks)
-        check.positive_finite("gamma", self.gamma)
-        check.positive_finite("beta", self.beta)
+        check_task(self)
         check.nonnegative_finite("kappa", self.kappa)
         check.nonnegative_finite("eps", self.eps)
-        check.nonnegative_finite("init_scale", self.init_scale)
-        check.int_at_least("seed", self.seed, 0)
         if self.eps != 0.0:
             raise ConfigError(
-                "eps", f"the simulations are at eps = 0 (theory.induction_eps_bound covers eps > 0), got {self.eps:g}"
+                "eps",
+                f"the simulations are at eps = 0 (theory.induction_eps_bound covers eps > 0), got {self.eps:g}",
             )
         if self.gate not in GATES:
             raise ConfigError("gate", f"must be one of {', '.join(GATES)}, got {self.gate!r}")
         if self.beta * self.heads > 700.0:
-            raise ConfigError("beta", f"beta * heads must be <= 700 (exp overflows), got {self.beta:g}")
+            raise ConfigError(
+                "beta", f"beta * heads must be <= 700 (exp overflows), got {self.beta:g}"
+            )
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -217,7 +227,9 @@ class Scales(eqx.Module):
 def scales(config: InductionConfig, dtype=None) -> Scales:
     """`Scales` of a config (float64 unless `dtype`)."""
     dtype = jnp.float64 if dtype is None else dtype
-    return Scales(*(jnp.asarray(getattr(config, f), dtype) for f in ("vocab", "gamma", "beta", "kappa")))
+    return Scales(
+        *(jnp.asarray(getattr(config, f), dtype) for f in ("vocab", "gamma", "beta", "kappa"))
+    )
 
 
 def token_logits(
@@ -323,7 +335,9 @@ def sample_queries(key: PRNGKeyArray, config: InductionConfig, count: int):
     )
 
 
-def batch_loss(gates, contexts: Int[Array, "B L S"], chunk, position, sc: Scales) -> Float[Array, ""]:
+def batch_loss(
+    gates, contexts: Int[Array, "B L S"], chunk, position, sc: Scales
+) -> Float[Array, ""]:
     """The mean loss of B sampled (context, query) problems: the loss SGD minimises; its
     expectation is `population_loss` (static) or the context-averaged loss (log-linear)."""
 
@@ -334,7 +348,9 @@ def batch_loss(gates, contexts: Int[Array, "B L S"], chunk, position, sc: Scales
     return jnp.mean(jax.vmap(one)(contexts, chunk, position))
 
 
-def effective_offsets(key_or_value: Float[Array, "W S"]) -> tuple[Float[Array, ""], Float[Array, ""]]:
+def effective_offsets(
+    key_or_value: Float[Array, "W S"],
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """The paper's effective numbers of offsets of one gate over W windows (PAPER.md §4):
     static `exp(H(E[alpha]))` and per-window `E[exp(H(alpha))]`."""
     alpha = key_or_value

@@ -79,14 +79,7 @@ class ContentConfig:
     def __post_init__(self):
         for name in ("gamma", "beta", "prior", "reliability", "init_scale", "t1", "rtol", "atol"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        check.int_at_least("stride", self.stride, 3)
-        check.int_at_least("heads", self.heads, 1)
-        check.int_at_least("chunks", self.chunks, 1)
-        check.int_at_least("vocab", self.vocab, self.stride * self.chunks)
-        check.positive_finite("gamma", self.gamma)
-        check.positive_finite("beta", self.beta)
-        check.nonnegative_finite("init_scale", self.init_scale)
-        check.int_at_least("seed", self.seed, 0)
+        induction.check_task(self, min_stride=3)
         check.int_at_least("saves", self.saves, 2)
         check.int_at_least("max_steps", self.max_steps, 1)
         for name in ("t1", "rtol", "atol"):

@@ -68,19 +68,12 @@ class GramConfig:
     def __post_init__(self):
         for name in ("gamma", "beta", "kappa", "eps", "init_scale"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        check.int_at_least("stride", self.stride, 2)
-        check.int_at_least("heads", self.heads, 1)
-        check.int_at_least("chunks", self.chunks, 1)
-        check.int_at_least("vocab", self.vocab, self.stride * self.chunks)
+        induction.check_task(self)
         check.int_at_least("dim", self.dim, 1)
         check.int_at_least("contexts", self.contexts, 1)
         check.int_at_least("gram_seed", self.gram_seed, 0)
-        check.int_at_least("seed", self.seed, 0)
-        check.positive_finite("gamma", self.gamma)
-        check.positive_finite("beta", self.beta)
         check.nonnegative_finite("kappa", self.kappa)
         check.nonnegative_finite("eps", self.eps)
-        check.nonnegative_finite("init_scale", self.init_scale)
         reach = max_overlap(self.vocab, self.dim, self.gram_seed)
         if self.eps > reach:
             raise ConfigError(

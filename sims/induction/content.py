@@ -28,7 +28,7 @@ from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims.induction.flow import save_times
 from weakspots.sims.induction.summary import CONCENTRATED
-from weakspots.sims.toy.flow import FlowFailed, gradient_flow
+from weakspots.sims.toy.flow import FlowFailed, first_failure, gradient_flow
 
 
 def _scales(config: ContentConfig) -> induction.Scales:
@@ -135,12 +135,11 @@ def solve_many(configs: Sequence[ContentConfig]) -> ContentFlows:
     seeds = jnp.asarray([c.seed for c in configs], jnp.uint32)
     rho = jnp.asarray([c.init_scale for c in configs], jnp.float64)
     weights, offsets, loss, accuracy, marks, result = _solver(shape)(seeds, rho, sc, kn, ts)
-    result = np.asarray(result)
-    bad = np.flatnonzero(result != int(diffrax.RESULTS.successful._value))
-    if bad.size:
+    bad = first_failure(result)
+    if bad is not None:
         raise FlowFailed(
-            f"content flow of {configs[bad[0]]} failed (diffrax result code "
-            f"{int(result[bad[0]])}, e.g. max_steps reached): raise max_steps or lower t1"
+            f"content flow of {configs[bad]} failed (diffrax result code "
+            f"{int(result[bad])}, e.g. max_steps reached): raise max_steps or lower t1"
         )
     loss = np.asarray(loss)
     if not np.all(np.isfinite(loss)):

@@ -24,7 +24,7 @@ from weakspots.idealized import induction_eps as eps_model
 from weakspots.idealized.induction_eps import GramConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
-from weakspots.sims.toy.flow import FlowFailed, gradient_flow
+from weakspots.sims.toy.flow import FlowFailed, first_failure, gradient_flow
 
 SAMPLE_SEED = 54321  # the fixed sample the flow follows (as sims.induction.flow)
 EVAL_SEED = 12345  # held-out contexts for the per-phase accuracy
@@ -94,31 +94,36 @@ def _flow_solver(shape: GramConfig, rtol: float, atol: float, max_steps: int):
     return jit(jax.vmap(one, in_axes=(0, 0, 0, 0, None, None)))
 
 
+def _prepare(configs: tuple[GramConfig, ...], verb: str):
+    """What a flow and SGD share: the configs' one shape, the sample and held-out contexts,
+    every config's Gram, gamma and beta, `(shape, sample, held_out, g, gamma, beta)`."""
+    shape = _shape(configs[0])
+    if any(_shape(c) != shape for c in configs):
+        raise ValueError(
+            f"{verb} needs configs of one shape (stride, heads, chunks, vocab, contexts)"
+        )
+    sample, held_out = _samples(configs[0])
+    gamma = jnp.asarray([c.gamma for c in configs])
+    beta = jnp.asarray([c.beta for c in configs])
+    return shape, sample, held_out, _grams(configs), gamma, beta
+
+
 def solve(configs: Sequence[GramConfig], seeds: Sequence[int], t1: float = 4000.0,
           rtol: float = 1e-6, atol: float = 1e-8, max_steps: int = 20_000) -> EpsRuns:  # fmt: skip
     """The gradient flow of each (config, seed) on the configs' shared sample of contexts, to
     t1, all of one shape in one vmapped solve. Raises FlowFailed if any run fails."""
     configs, seeds = tuple(configs), tuple(int(s) for s in seeds)
-    shape = _shape(configs[0])
-    if any(_shape(c) != shape for c in configs):
-        raise ValueError(
-            "solve needs configs of one shape (stride, heads, chunks, vocab, contexts)"
-        )
     started = time.perf_counter()
-    sample, held_out = _samples(configs[0])
-    g = _grams(configs)
-    gamma = jnp.asarray([c.gamma for c in configs])
-    beta = jnp.asarray([c.beta for c in configs])
+    shape, sample, held_out, g, gamma, beta = _prepare(configs, "solve")
     ts = jnp.asarray([0.0, t1])
     logits, result = _flow_solver(shape, rtol, atol, max_steps)(
         _starts(configs, seeds), g, gamma, beta, sample, ts
     )
-    result = np.asarray(result)
-    bad = np.flatnonzero(result != int(diffrax.RESULTS.successful._value))
-    if bad.size:
+    bad = first_failure(result)
+    if bad is not None:
         raise FlowFailed(
-            f"eps flow of eps={configs[bad[0]].eps:g} seed {seeds[bad[0]]} failed (diffrax result "
-            f"code {int(result[bad[0]])}): raise max_steps or lower t1"
+            f"eps flow of eps={configs[bad].eps:g} seed {seeds[bad]} failed (diffrax result "
+            f"code {int(result[bad])}): raise max_steps or lower t1"
         )
     return _finish(configs, seeds, logits, g, sample, held_out, started)
 
@@ -152,16 +157,8 @@ def train(configs: Sequence[GramConfig], seeds: Sequence[int], lr: float = 1.0, 
     """SGD on fresh (context, query) problems for each (config, seed), from the flow's start,
     all of one shape in one vmapped program."""
     configs, seeds = tuple(configs), tuple(int(s) for s in seeds)
-    shape = _shape(configs[0])
-    if any(_shape(c) != shape for c in configs):
-        raise ValueError(
-            "train needs configs of one shape (stride, heads, chunks, vocab, contexts)"
-        )
     started = time.perf_counter()
-    sample, held_out = _samples(configs[0])
-    g = _grams(configs)
-    gamma = jnp.asarray([c.gamma for c in configs])
-    beta = jnp.asarray([c.beta for c in configs])
+    shape, sample, held_out, g, gamma, beta = _prepare(configs, "train")
     logits = _trainer(shape, batch, steps)(
         _starts(configs, seeds), g, gamma, beta, jnp.full(len(configs), lr),
         jnp.asarray(seeds, jnp.uint32),

@@ -25,7 +25,7 @@ from weakspots.idealized.induction import InductionFlowConfig
 from weakspots.idealized.precision import float64_module
 from weakspots.idealized.xla import jit
 from weakspots.sims.induction.summary import run_summary
-from weakspots.sims.toy.flow import FlowFailed, gradient_flow, gradient_flow_term
+from weakspots.sims.toy.flow import FlowFailed, first_failure, gradient_flow, gradient_flow_term
 
 EVAL_SEED = 12345  # held-out contexts for log-linear gates' measures, shared by every run
 SAMPLE_SEED = 54321  # the fixed sample the log-linear flow follows
@@ -205,12 +205,11 @@ def solve(config: InductionFlowConfig, seeds: Sequence[int] | None = None) -> Fl
         weights, offsets, loss, accuracy, result = _loglinear_solver(shape)(
             y0, sc, ts, sample, held_out
         )
-    result = np.asarray(result)
-    bad = np.flatnonzero(result != int(diffrax.RESULTS.successful._value))
-    if bad.size:
+    bad = first_failure(result)
+    if bad is not None:
         raise FlowFailed(
-            f"induction flow of seed {seeds[bad[0]]} failed (diffrax result code "
-            f"{int(result[bad[0]])}, e.g. max_steps reached): raise --max-steps or lower --t1"
+            f"induction flow of seed {seeds[bad]} failed (diffrax result code "
+            f"{int(result[bad])}, e.g. max_steps reached): raise --max-steps or lower --t1"
         )
     loss = np.asarray(loss)
     if not np.all(np.isfinite(loss)):

@@ -69,11 +69,6 @@ class TrainState(eqx.Module):
     step: Int[Array, ""]
 
 
-def corpus_batches(seed: int, batch: int, length: int, start_step: int) -> Iterator[np.ndarray]:
-    """The project's corpus (`idealized.pretrain.corpus`) with its default tokenizer."""
-    return corpus.batches(Tokenizer.default(), seed, batch, length, start_step=start_step)
-
-
 def tokenizer_of(config: PretrainConfig) -> Tokenizer:
     """The corpus tokenizer a run trains with (`open_words` words per open class)."""
     return Tokenizer.sized(config.open_words)

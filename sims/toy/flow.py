@@ -59,6 +59,7 @@ from weakspots.theory.topk_selection import reduced_selection_loss
 __all__ = [
     "FlowArgs",
     "FlowFailed",
+    "first_failure",
     "FlowHistory",
     "FlowResult",
     "FlowState",
@@ -240,6 +241,15 @@ def gradient_flow(
 
 # Failure codes of the batched solve: diffrax's RESULTS values, and one of ours.
 _SUCCESS = int(diffrax.RESULTS.successful._value)
+
+
+def first_failure(codes) -> int | None:
+    """The index of the first run whose diffrax result code (`sol.result._value`, one per
+    run) is not success, or None when every run succeeded."""
+    bad = np.flatnonzero(np.asarray(codes) != _SUCCESS)
+    return int(bad[0]) if bad.size else None
+
+
 _EVENT = int(diffrax.RESULTS.event_occurred._value)
 _MAX_STEPS = int(diffrax.RESULTS.max_steps_reached._value)
 _NON_FINITE = -1
@@ -266,7 +276,9 @@ def _mechanism_objective(mechanism):
 
     def objective(state: FlowState, args: FlowArgs):
         logits = state.pooling_logits
-        gain = jax.lax.stop_gradient(gain_from_param(state.gain_param, mechanism.gain_parametrisation))
+        gain = jax.lax.stop_gradient(
+            gain_from_param(state.gain_param, mechanism.gain_parametrisation)
+        )
         if footprint.is_footprint(mechanism):
             carry, g, g_d = np.ones(mechanism.window), mechanism.carry_gain, mechanism.decoy_gain
             return footprint_loss(logits[0], s, args.chunks, carry, g * s, g_d * s)
@@ -275,9 +287,7 @@ def _mechanism_objective(mechanism):
     return objective
 
 
-@functools.partial(
-    jit, static_argnames=("loss", "gain_parametrisation", "max_steps", "mechanism")
-)
+@functools.partial(jit, static_argnames=("loss", "gain_parametrisation", "max_steps", "mechanism"))
 def _solve_batch(
     y0, args, ts, event_level, rtol, atol, *, loss, gain_parametrisation, max_steps, mechanism=None
 ):

@@ -46,6 +46,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from weakspots.idealized.precision import float64  # noqa: E402
+from weakspots.idealized.xla import release_compiled_programs  # noqa: E402
 from weakspots.sims.progress import Progress  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
@@ -506,6 +507,7 @@ def make_experiments(chosen, size: str, out: Path, heard) -> dict:
             heard({"message": errors[name]})
         times[name] = time.perf_counter() - t0
         cpu[name] = time.process_time() - c0
+        release_compiled_programs()  # every experiment in one process: room for the next's
         step_done(name)
     return {
         "rows": rows,

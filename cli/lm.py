@@ -14,7 +14,7 @@ from weakspots.idealized.decoder.layers.registry import lookup as layer_kind
 from weakspots.idealized.operators.base import DECODER
 from weakspots.idealized.operators.registry import operator_names
 
-from . import common, lookup, pretrain, pretrain_mechanism
+from . import common, copy_phase, lookup, pretrain, pretrain_mechanism
 
 _DEFAULT = LMConfig()
 
@@ -130,6 +130,7 @@ def register(subparsers) -> None:
     register_prefetch(verbs)
     pretrain.register(verbs)
     lookup.register(verbs)  # `weakspots lm lookup` (cli/lookup.py)
+    copy_phase.register(verbs)  # `weakspots lm copy` (cli/copy_phase.py)
     pretrain_mechanism.register(verbs)  # `lm knockout`, `lm gates`, `lm cycle`
 
 

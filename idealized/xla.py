@@ -28,6 +28,7 @@ know is an error.
 from __future__ import annotations
 
 import functools
+import gc
 
 import equinox as eqx
 import jax
@@ -115,3 +116,33 @@ def filter_jit(fun=None, /, **kwargs):
     if not COMPILER_OPTIONS:
         return eqx.filter_jit(fun, **kwargs)
     return _Compiled(fun, eqx.filter_jit, kwargs)
+
+
+def mapped_regions() -> tuple[int, int] | None:
+    """This process's memory mappings and the kernel's limit on them (`vm.max_map_count`);
+    None where `/proc` does not say (not Linux)."""
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            limit = int(f.read())
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f), limit
+    except (OSError, ValueError):
+        return None
+
+
+def release_compiled_programs(fraction: float = 0.5) -> bool:
+    """Drop jax's compiled programs (`jax.clear_caches`) once this process holds more than
+    `fraction` of the kernel's memory-mapping limit; True if it did.
+
+    Each XLA:CPU executable keeps about three mappings until its cache entry goes, and at
+    Linux's default limit (65,530) the next compile segfaults inside XLA's CPU compiler: a
+    pytest worker running the slow tests died so at 65,294 mappings (docs/performance.md,
+    "CI"). A long process that compiles many programs (a test session, a report of every
+    experiment) calls this between units of work; later calls recompile what they need.
+    """
+    regions = mapped_regions()
+    if regions is None or regions[0] <= fraction * regions[1]:
+        return False
+    jax.clear_caches()
+    gc.collect()
+    return True

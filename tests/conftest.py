@@ -32,6 +32,16 @@ def _float64_references(request):
         yield
 
 
+@pytest.fixture(autouse=True)
+def _room_for_compiled_programs():
+    """After each test, compiled programs are dropped once the worker holds half the kernel's
+    memory-mapping limit: a worker that compiled past it segfaulted in XLA's compiler."""
+    yield
+    from weakspots.idealized.xla import release_compiled_programs
+
+    release_compiled_programs()
+
+
 def pytest_runtest_setup(item):
     """Past `WEAKSPOTS_TEST_DEADLINE` (seconds since the epoch; `.ci/run` sets it inside CI's
     time limit), a test not yet started is skipped, saying why, rather than the whole run

@@ -10,7 +10,13 @@ import pytest
 
 from weakspots.idealized.toy.config import TrainConfig
 from weakspots.idealized.toy.model import init_model
-from weakspots.idealized.xla import COMPILER_OPTIONS, filter_jit, jit
+from weakspots.idealized.xla import (
+    COMPILER_OPTIONS,
+    filter_jit,
+    jit,
+    mapped_regions,
+    release_compiled_programs,
+)
 from weakspots.sims.toy import train as trainer
 
 pytestmark = pytest.mark.skipif(not COMPILER_OPTIONS, reason="no compiler options to refuse")
@@ -78,3 +84,20 @@ def test_options_are_the_cpus_only(monkeypatch):
     assert elsewhere.compiler_options == {}
     assert float(elsewhere(1.0)) == pytest.approx(2 * np.sin(1.0))
     assert elsewhere._top is elsewhere._nested  # one plain jit: no options anywhere
+
+
+@pytest.mark.skipif(mapped_regions() is None, reason="needs Linux's /proc memory maps")
+def test_release_drops_compiled_programs_and_their_memory_maps():
+    """Counted by the kernel (/proc/self/maps), independent of jax: 60 compiled programs
+    hold at least 120 mappings, and releasing them gives those back; under the threshold
+    nothing is released."""
+    before, limit = mapped_regions()
+    programs = [jax.jit(lambda x, k=k: jnp.sin(x) * k + jnp.cumsum(x)) for k in range(60)]
+    for k, f in enumerate(programs):
+        f(jnp.ones(7 + k)).block_until_ready()
+    held, _ = mapped_regions()
+    assert held - before >= 120
+    assert not release_compiled_programs(fraction=1.0)  # far under the limit: kept
+    assert mapped_regions()[0] >= held - 10
+    assert release_compiled_programs(fraction=(before - 1) / limit)
+    assert mapped_regions()[0] <= held - 120

@@ -228,3 +228,72 @@ def test_a_constant_rate_run_extends_bit_for_bit(tmp_path):
     pretrain(cosine, out_dir=tmp_path / "cosine")
     with pytest.raises(ValueError, match="steps differ"):
         pretrain(cosine.replace(steps=6), out_dir=tmp_path / "cosine")
+
+
+def test_copy_sources_point_at_the_latest_earlier_key():
+    tok = Tokenizer.default()
+    row = tok.encode("<doc> the fox carol met the owl bob . the fox carol and owl bob . fox carol")
+    tokens = np.array([row])
+    sources = emergence.copy_sources(tokens, tok)[0]
+    assert np.array_equal(sources >= 0, emergence.repeated_pairs(tokens, tok)[0])
+    # fox at 2, owl at 6, fox again at 10 and 16, owl again at 13
+    assert {int(t): int(sources[t]) for t in np.flatnonzero(sources >= 0)} == {10: 2, 13: 6, 16: 10}
+
+
+def _synthetic_copies(weak_residue, rng, rows=240, per_row=30, length=384, seeds=2):
+    """Copy positions at random earlier keys; correct with probability 0.7, or 0.3 where the
+    key's residue mod 8 is `weak_residue` (None: no weak residue)."""
+    sources = np.full((rows, length - 1), -1)
+    hits = np.zeros((seeds, rows, length - 1), dtype=bool)
+    for r in range(rows):
+        where = rng.choice(np.arange(200, length - 1), per_row, replace=False)
+        sources[r, where] = rng.integers(16, 200, per_row)
+        rate = np.where(sources[r, where] % 8 == weak_residue, 0.3, 0.7)
+        hits[:, r, where] = rng.random((seeds, per_row)) < rate
+    return hits, sources
+
+
+def test_copy_phase_profile_finds_a_planted_weak_residue_and_not_a_flat_one():
+    rng = np.random.default_rng(3)
+    hits, sources = _synthetic_copies(3, rng)
+    out = emergence.copy_phase_profile(hits, sources, 8, resamples=500)
+    # pooled accuracy against a loop over positions
+    rows, cols = np.nonzero(sources >= 0)
+    for r in range(8):
+        at = sources[rows, cols] % 8 == r
+        assert out["residue_accuracy"][r] == pytest.approx(hits[:, rows[at], cols[at]].mean())
+    assert out["positions"] == rows.size and sum(out["residue_counts"]) == rows.size
+    assert out["worst_residue"] == 3 and out["delta_max_p"] < 0.01
+    lo, hi = out["delta_max_interval"]
+    assert lo < 0.4 < hi + 0.05  # the planted gap, 0.7 - 0.3, less sampling noise
+    for r, (a, b) in enumerate(out["residue_interval"]):
+        assert a <= out["residue_accuracy"][r] <= b
+    flat = emergence.copy_phase_profile(*_synthetic_copies(None, rng), 8, resamples=500)
+    assert flat["delta_max_p"] > 0.05 and flat["delta_max"] < 0.1
+
+
+def test_lm_copy_scores_a_run_as_its_seeds_do_one_at_a_time(tmp_path, capsys):
+    """`weakspots lm copy` on a tiny run against each seed's logits (`train.logits_fn`) and
+    residues counted in numpy; bad input refused in one line."""
+    from weakspots.cli import main
+    from weakspots.sims.pretrain import checkpoint
+
+    config = TINY.replace(seeds=2, vocab=Tokenizer.sized(40).vocab_size)
+    pretrain(config, out_dir=tmp_path)
+    assert main(["lm", "copy", "--checkpoint", str(tmp_path), "--rows", "64", "--modulus", "4",
+                 "--json"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    tok = Tokenizer.sized(40)
+    held = corpus.batch_at(tok, corpus.VALIDATION_SEED, emergence.COPY_STEP, 64, 112)
+    sources = emergence.copy_sources(held, tok)
+    keep = sources >= emergence.PHASE_START
+    for seed, directory in enumerate(checkpoint.seed_checkpoints(tmp_path)):
+        seed_config, params = checkpoint.load(directory)
+        predicted = np.argmax(logits_fn(seed_config, params)(held[:, :-1]), -1)
+        right = (predicted == held[:, 1:])[keep]
+        residue = sources[keep] % 4
+        expected = [right[residue == r].mean() for r in range(4)]
+        assert out["copy"]["seed_residue_accuracy"][seed] == pytest.approx(expected)
+    assert out["start"] == emergence.PHASE_START and out["seeds"] == 2
+    assert main(["lm", "copy", "--checkpoint", str(tmp_path), "--rows", "60"]) == 2
+    assert "--rows" in capsys.readouterr().err

@@ -45,3 +45,29 @@ def assert_only_the_indexer_learns_from_its_kl(module, inputs, kl_of_stats) -> N
                 assert norm > 0, path
             else:
                 assert norm == 0, path
+
+
+def jaxpr_dot_flops(fn, *args) -> float:
+    """2 x multiply-adds of every `dot_general` in `fn(*args)`'s jaxpr (nested jaxprs
+    included): 2 x output size x contracted size, counted from the traced program."""
+    import math
+
+    import jax
+
+    def walk(jaxpr) -> float:
+        total = 0.0
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "dot_general":
+                (contract, _), _ = eqn.params["dimension_numbers"]
+                lhs = eqn.invars[0].aval.shape
+                total += (
+                    2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in contract)
+                )
+            for value in eqn.params.values():
+                for sub in value if isinstance(value, tuple | list) else (value,):
+                    inner = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's Jaxpr, or a Jaxpr
+                    if hasattr(inner, "eqns"):
+                        total += walk(inner)
+        return total
+
+    return walk(jax.make_jaxpr(fn)(*args).jaxpr)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from fixtures import jaxpr_dot_flops
 from flax import nnx
 
 from weakspots.idealized.decoder.config import LMConfig
@@ -63,30 +64,6 @@ def test_learning_rate_schedule():
     assert lr(9) == pytest.approx(1.0)
     assert lr(60) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)), rel=1e-6)
     assert lr(110) == pytest.approx(0.1)
-
-
-def jaxpr_dot_flops(fn, *args) -> float:
-    """2 x multiply-adds of every dot_general in the forward's jaxpr (nested jaxprs included)."""
-
-    def walk(jaxpr):
-        total = 0.0
-        for eqn in jaxpr.eqns:
-            if eqn.primitive.name == "dot_general":
-                (contract, _), _ = eqn.params["dimension_numbers"]
-                lhs = eqn.invars[0].aval.shape
-                total += (
-                    2.0 * np.prod(eqn.outvars[0].aval.shape) * np.prod([lhs[i] for i in contract])
-                )
-            for value in eqn.params.values():
-                for sub in value if isinstance(value, tuple | list) else (value,):
-                    inner = getattr(sub, "jaxpr", None)  # a ClosedJaxpr's Jaxpr
-                    if inner is not None and hasattr(inner, "eqns"):
-                        total += walk(inner)
-                    elif hasattr(sub, "eqns"):
-                        total += walk(sub)
-        return total
-
-    return walk(jax.make_jaxpr(fn)(*args).jaxpr)
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,11 @@
 """The compressed kind's exact tokens, read block by block (`attention.Band`), against the
 dense `T x T` product they replaced, and `forward_flops` against the jaxpr's matmuls."""
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixtures import jaxpr_dot_flops
 from flax import nnx
 
 from weakspots.idealized.pretrain import attention as A
@@ -90,25 +89,6 @@ def test_band_gradients_equal_dense(case):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def matmul_flops(jaxpr) -> float:
-    """FLOPs of every `dot_general` in a jaxpr (sub-jaxprs included): 2 x output size x
-    contracted size."""
-    total = 0.0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += (
-                2.0 * math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in contract)
-            )
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, list | tuple) else [param]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    total += matmul_flops(inner)
-    return total
-
-
 @pytest.mark.parametrize(
     "changes",
     [dict(attention="full", seq_len=23), dict(seq_len=23), dict(seq_len=21, local="tail",
@@ -119,5 +99,5 @@ def test_forward_flops_count_the_matmuls_computed(changes):
     cfg = PretrainConfig(**{**SMALL, **changes})
     module = A.lookup(cfg.attention)(cfg, rngs=nnx.Rngs(0))
     x = jnp.zeros((1, cfg.seq_len, cfg.d_model), jnp.float32)
-    counted = matmul_flops(jax.make_jaxpr(lambda y: module(y))(x).jaxpr)
+    counted = jaxpr_dot_flops(lambda y: module(y), x)
     assert A.lookup(cfg.attention).forward_flops(cfg) == counted

@@ -95,15 +95,7 @@ def probe_shape(seq_len: int) -> ProbeShape:
 def repeated_pairs(tokens: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
     """`(rows, T - 1)` bool: position t holds an animal followed by a name, and the same
     (animal, name) pair occurred earlier in the row (its name is predictable by copying)."""
-    x, y = tokens[:, :-1], tokens[:, 1:]
-    pair = np.isin(x, tokenizer.key_ids) & np.isin(y, tokenizer.value_ids)
-    repeated = np.zeros_like(pair)
-    for row in range(len(x)):
-        seen = set()
-        for t in np.flatnonzero(pair[row]):
-            repeated[row, t] = (int(x[row, t]), int(y[row, t])) in seen
-            seen.add((int(x[row, t]), int(y[row, t])))
-    return repeated
+    return copy_sources(tokens, tokenizer) >= 0
 
 
 def earlier_names(tokens: np.ndarray, tokenizer: Tokenizer) -> np.ndarray:
@@ -224,11 +216,8 @@ def copy_phase(
     for the contested ones among them (at least `CONTESTED` names earlier)."""
     if rows <= 0 or rows % 8:
         raise ValueError(f"rows: a positive multiple of 8, got {rows}")
-    directories = checkpoint.seed_checkpoints(Path(run_dir))
-    loaded = [checkpoint.load(d) for d in directories]
-    config = loaded[0][0]
+    config, params = stacked_seeds(run_dir)
     tokenizer = Tokenizer.sized(config.open_words)
-    params = jax.tree.map(lambda *leaves: np.stack(leaves), *(p for _, p in loaded))
     held = corpus.batch_at(
         tokenizer, corpus.VALIDATION_SEED, COPY_STEP, rows, config.seq_len, config.zipf
     )
@@ -239,7 +228,7 @@ def copy_phase(
     contested = np.where(earlier_names(held, tokenizer) >= CONTESTED, sources, -1)
     return {
         "run": str(run_dir),
-        "seeds": len(directories),
+        "seeds": int(jax.tree.leaves(params)[0].shape[0]),
         "start": start,
         "copy": copy_phase_profile(hits, sources, modulus),
         "contested": copy_phase_profile(hits, contested, modulus),
@@ -296,6 +285,14 @@ class Emergence:
         }
 
 
+def stacked_seeds(run_dir) -> tuple[PretrainConfig, dict]:
+    """A run's config (its first seed's) and every seed's parameters stacked `(R, ...)`,
+    as `Emergence.measure` takes them."""
+    loaded = [checkpoint.load(d) for d in checkpoint.seed_checkpoints(Path(run_dir))]
+    params = jax.tree.map(lambda *leaves: np.stack(leaves), *(p for _, p in loaded))
+    return loaded[0][0], params
+
+
 def rescore(run_dir, config: PretrainConfig, tokenizer: Tokenizer) -> dict[str, list]:
     """`Emergence.measure` on a finished run's checkpoints: every kept one
     (`<run_dir>/checkpoints/step-<n>/`, `lm pretrain --keep-checkpoints`) and the last,
@@ -310,8 +307,7 @@ def rescore(run_dir, config: PretrainConfig, tokenizer: Tokenizer) -> dict[str, 
     probe = Emergence(config, tokenizer)
     out: dict[str, list] = {"steps": []}
     for step, directory in places:
-        seeds = [checkpoint.load(d)[1] for d in checkpoint.seed_checkpoints(directory)]
-        params = jax.tree.map(lambda *leaves: np.stack(leaves), *seeds)
+        params = stacked_seeds(directory)[1]
         out["steps"].append(step)
         for name, values in probe.measure(params).items():
             out.setdefault(name, []).append(values)
@@ -348,4 +344,5 @@ __all__ = [
     "probe_shape",
     "rescore",
     "repeated_pairs",
+    "stacked_seeds",
 ]

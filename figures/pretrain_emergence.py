@@ -6,7 +6,8 @@ import numpy as np
 from weakspots.figures.style import COLORS, figure, legend_below, letter_panels
 
 CAPTION = (
-    "Full-attention backbones pretrained on the project's corpus, two seeds per recipe (lines: "
+    "Backbones pretrained on the project's corpus, full attention unless the recipe's name "
+    "ends in -w8s8 (W8/S8 compression, one KV head), two seeds per recipe (lines: "
     "mean over seeds; thin lines: each seed). Left: top-1 on names that follow their animal "
     "where the same pair came earlier in a held-out document; dashed with points: only where "
     "at least 3 names came earlier; faint horizontals, in each recipe's colour: the chance of "

@@ -51,6 +51,7 @@ from weakspots.sims.experiments.induction import (
 )
 from weakspots.sims.experiments.induction.sgd_coverage import induction_sgd_coverage
 from weakspots.sims.experiments.pretrain import emergence as pretrain_emergence
+from weakspots.sims.experiments.pretrain import mechanism as pretrain_mechanism
 from weakspots.sims.experiments.pretrain import paper_lookup
 from weakspots.sims.experiments.scheduler import job_groups, train_planned, training_cost
 from weakspots.sims.experiments.toy import (
@@ -126,6 +127,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     lm_footprint.EXPERIMENT,
     lm_selection.EXPERIMENT,
     paper_lookup.EXPERIMENT,
+    pretrain_mechanism.EXPERIMENT,
     pretrain_emergence.EXPERIMENT,
     induction_concentration.EXPERIMENT,
     induction_coverage.EXPERIMENT,
@@ -154,4 +156,3 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     footprint_selection.EXPERIMENT,
     induction_time.EXPERIMENT,
 )
-

@@ -60,6 +60,33 @@ RECIPES: dict[str, dict] = {
         schedule="constant",
         checkpoint_every=1000,
     ),  # fmt: skip
+    "lr1e-3-rope1e4-zipf-constant-seq384-b16": dict(
+        batch=16,
+        seq_len=384,
+        steps=50000,
+        lr=1e-3,
+        rope_theta=10_000.0,
+        open_words=64,
+        zipf=1.0,
+        schedule="constant",
+        checkpoint_every=250,
+        emergence_every=250,
+    ),  # fmt: skip
+    "lr1e-3-rope1e4-zipf-constant-seq384-b16-w8s8": dict(
+        attention="compressed",
+        window=8,
+        stride=8,
+        batch=16,
+        seq_len=384,
+        steps=50000,
+        lr=1e-3,
+        rope_theta=10_000.0,
+        open_words=64,
+        zipf=1.0,
+        schedule="constant",
+        checkpoint_every=250,
+        emergence_every=250,
+    ),  # fmt: skip
 }
 """The issue's starting recipe (`reference`: B x C = 4 x 128, peak lr 3e-3, cosine, RoPE base
 1e6, the full corpus); the peak lr alone lowered to 1e-3 (on repeated random tokens this
@@ -67,8 +94,10 @@ backbone learns induction within 1,000 steps at lr 1e-3 and not in 3,000 at 3e-3
 `benchmarks/synthetic_induction.py`); then also RoPE base 1e4, a smaller vocabulary (64 words
 per open class), Zipfian words and the rate held after warmup (so a run stopped early is a
 prefix of the same curve); and that recipe at a 384-token context, two sequences a step
-(B x C = 768), where a document holds about ten characters. Constant-rate recipes run as far
-as the machine allows and resume from their last checkpoint."""
+(B x C = 768), where a document holds about ten characters; and that at 16 sequences a step
+(the `cpu16` protocol: on repeated tokens W8/S8 copies at 16 sequences and not at 4 or 8),
+with full attention and with W8/S8 compression. Constant-rate recipes run as far as the
+machine allows and resume from their last checkpoint."""
 
 
 def recipe_config(name: str) -> PretrainConfig:

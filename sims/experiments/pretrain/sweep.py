@@ -54,15 +54,21 @@ SIZES: dict[str, dict] = {
                  batch=2, lr=1e-3, warmup=100, rope_theta=10_000.0, open_words=64, zipf=1.0,
                  schedule="constant", seeds=2, log_every=50, val_batches=4,
                  checkpoint_every=1000, emergence_every=1000),
+    "cpu16": dict(d_model=128, layers=2, heads=4, head_dim=32, mlp_hidden=384, seq_len=384,
+                  batch=16, lr=1e-3, warmup=100, rope_theta=10_000.0, open_words=64, zipf=1.0,
+                  schedule="constant", seeds=2, log_every=50, val_batches=4,
+                  checkpoint_every=250, emergence_every=250),
 }  # fmt: skip
 """Shared fields per size: `h200` for one H200, `cpu` a reduced fallback, `smoke` a check,
-`cpu2` the CPU protocol of issue 57: the one emergence recipe whose copying became
-key-specific on this machine (docs/pretraining.md, "The CPU protocol"); its 384-token context
-holds the paper's 372-token lookup."""
-PROBE_STEPS = {"h200": 100, "cpu": 50, "smoke": 4, "cpu2": 100}  # first round: two blocks
-MAX_STEPS = {"h200": 6000, "cpu": 2000, "smoke": 6, "cpu2": 200000}
+`cpu2` issue 57's first CPU protocol: the one emergence recipe whose copying became
+key-specific on this machine (docs/pretraining.md, "The first CPU protocol"); its 384-token
+context holds the paper's 372-token lookup. `cpu16`, the CPU protocol, is `cpu2` at 16
+sequences a step, where W8/S8 learns to copy (it does not at 2; on repeated tokens it does
+at 16 sequences and not at 4 or 8)."""
+PROBE_STEPS = {"h200": 100, "cpu": 50, "smoke": 4, "cpu2": 100, "cpu16": 100}  # two blocks
+MAX_STEPS = {"h200": 6000, "cpu": 2000, "smoke": 6, "cpu2": 200000, "cpu16": 50000}
 PAPER_PROMPTS = 480  # prompts per residue group (`weakspots lm lookup`'s default)
-EVAL_BATCH = {"h200": 256, "cpu": 32, "smoke": 32, "cpu2": 64}
+EVAL_BATCH = {"h200": 256, "cpu": 32, "smoke": 32, "cpu2": 64, "cpu16": 64}
 PADDINGS = ("prefix", "in-sequence")
 
 

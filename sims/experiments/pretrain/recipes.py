@@ -36,57 +36,20 @@ SHAPE = dict(attention="full", d_model=128, layers=2, heads=4, kv_heads=1, head_
              checkpoint_every=2000, warmup=100)  # fmt: skip
 """What every recipe shares: the issue's small full-attention backbone, two seeds."""
 
+CONSTANT = dict(batch=4, steps=60000, lr=1e-3, rope_theta=10_000.0, open_words=64, zipf=1.0,
+                schedule="constant", checkpoint_every=1000)  # fmt: skip
+SEQ384 = dict(CONSTANT, batch=2, seq_len=384)
+B16 = dict(SEQ384, batch=16, steps=50000, checkpoint_every=250, emergence_every=250)
+
 RECIPES: dict[str, dict] = {
     "reference": dict(batch=4, steps=24000, lr=3e-3),
     "lr1e-3": dict(batch=4, steps=12000, lr=1e-3),
-    "lr1e-3-rope1e4-zipf-constant": dict(
-        batch=4,
-        steps=60000,
-        lr=1e-3,
-        rope_theta=10_000.0,
-        open_words=64,
-        zipf=1.0,
-        schedule="constant",
-        checkpoint_every=1000,
-    ),  # fmt: skip
-    "lr1e-3-rope1e4-zipf-constant-seq384": dict(
-        batch=2,
-        seq_len=384,
-        steps=60000,
-        lr=1e-3,
-        rope_theta=10_000.0,
-        open_words=64,
-        zipf=1.0,
-        schedule="constant",
-        checkpoint_every=1000,
-    ),  # fmt: skip
-    "lr1e-3-rope1e4-zipf-constant-seq384-b16": dict(
-        batch=16,
-        seq_len=384,
-        steps=50000,
-        lr=1e-3,
-        rope_theta=10_000.0,
-        open_words=64,
-        zipf=1.0,
-        schedule="constant",
-        checkpoint_every=250,
-        emergence_every=250,
-    ),  # fmt: skip
+    "lr1e-3-rope1e4-zipf-constant": CONSTANT,
+    "lr1e-3-rope1e4-zipf-constant-seq384": SEQ384,
+    "lr1e-3-rope1e4-zipf-constant-seq384-b16": B16,
     "lr1e-3-rope1e4-zipf-constant-seq384-b16-w8s8": dict(
-        attention="compressed",
-        window=8,
-        stride=8,
-        batch=16,
-        seq_len=384,
-        steps=50000,
-        lr=1e-3,
-        rope_theta=10_000.0,
-        open_words=64,
-        zipf=1.0,
-        schedule="constant",
-        checkpoint_every=250,
-        emergence_every=250,
-    ),  # fmt: skip
+        B16, attention="compressed", window=8, stride=8
+    ),
 }
 """The issue's starting recipe (`reference`: B x C = 4 x 128, peak lr 3e-3, cosine, RoPE base
 1e6, the full corpus); the peak lr alone lowered to 1e-3 (on repeated random tokens this

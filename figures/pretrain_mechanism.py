@@ -57,8 +57,8 @@ def _knockout_map(ax, entry):
     ax.set_xlabel(f"target key position mod {entry['modulus']} (phases mod {entry['period']})")
     ax.set_ylabel("knocked-out unit")
     padding = entry.get("padding")
-    shown = "" if padding in (None, "prefix") else f", {padding}"
-    ax.set_title(f"{entry['label']}: knockout{shown}", loc="left")
+    suffix = "" if padding in (None, "prefix") else f", {padding}"
+    ax.set_title(f"{entry['label']}: knockout{suffix}", loc="left")
     return image
 
 
@@ -78,10 +78,9 @@ def _plane(ax, gates):
     top = max(e["window"] or 1 for e in gates)
     for i, entry in enumerate(gates):
         color = COLORS[i % len(COLORS)]
-        keys = [g for g in entry["gates"] if g["branch"] == "key"]
-        content = sum(g["class"] == "content-driven" for g in keys)
+        s = entry["summary"]
         label = (f"{entry['label']}{' (over training)' if entry['over_training'] else ''}: "
-                 f"{content}/{len(keys)} key gates content-driven")  # fmt: skip
+                 f"{s['content_driven']}/{s['key_gates']} key gates content-driven")  # fmt: skip
         for g in entry["gates"]:
             key = g["branch"] == "key"
             if g["trajectory"] is not None:

@@ -361,6 +361,14 @@ def dominant_period(accuracy) -> float | None:
     return len(accuracy) / math.gcd(*strong.tolist())
 
 
+def report_of_accuracy(accuracy, prompts_per_residue: int) -> dict:
+    """`report` of per-seed residue accuracies `(seeds, residues)`, every residue scored on
+    `prompts_per_residue` prompts (a recorded report's numbers, or planted ones)."""
+    accuracy = np.asarray(accuracy, dtype=np.float64)
+    counts = [int(prompts_per_residue)] * accuracy.shape[1]
+    return report([{"residue_accuracy": a.tolist(), "residue_counts": counts} for a in accuracy])
+
+
 def report(per_seed_results: list[dict]) -> dict:
     """Statistics over seeds (each an `evaluate` result on the same prompts).
 

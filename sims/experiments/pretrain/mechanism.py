@@ -38,7 +38,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -48,7 +47,7 @@ import numpy as np
 from weakspots.idealized import metrics
 from weakspots.sims.experiments.experiment import Experiment, Row, Table
 from weakspots.sims.experiments.pretrain import ENGINE
-from weakspots.sims.experiments.pretrain.paper_lookup import design_label, reference
+from weakspots.sims.experiments.pretrain.paper_lookup import design_label, paper_name, reference
 from weakspots.sims.experiments.pretrain.sweep import PRETRAIN_DESIGNS
 from weakspots.sims.pretrain import lookup
 from weakspots.sims.pretrain import mechanism as measure
@@ -83,18 +82,8 @@ SIZES = {"tiny": Size("planted"), "quick": Size("recorded"), "full": Size("recor
 
 
 def design_config(design: str) -> dict | None:
-    """The `PretrainConfig` fields a design sets: the sweep's, else read from its name
-    (`w<W>s<S>_<G>kv...` or `full_<G>kv...`); None when neither names it."""
-    if design in PRETRAIN_DESIGNS:
-        return dict(PRETRAIN_DESIGNS[design])
-    found = re.match(r"(?:w(\d+)s(\d+)|full)_(\d+)kv", design)
-    if not found:
-        return None
-    window, stride, kv = found.groups()
-    if window is None:
-        return {"attention": "full", "kv_heads": int(kv)}
-    return {"attention": "compressed", "window": int(window), "stride": int(stride),
-            "kv_heads": int(kv)}  # fmt: skip
+    """The `PretrainConfig` fields the sweep's design `design` sets; None for another name."""
+    return dict(PRETRAIN_DESIGNS[design]) if design in PRETRAIN_DESIGNS else None
 
 
 def _header(record: dict) -> dict:
@@ -159,12 +148,9 @@ def knockout_entry(record: dict, period: int) -> dict:
     modulus = change.shape[1]
     if modulus % period:
         period = modulus  # phases the residues cannot be folded into: residues themselves
-    if "change_interval" in result:
-        hurt = np.asarray(result["change_interval"], dtype=np.float64)[..., 1] < 0
-    else:
-        hurt = np.zeros(change.shape, dtype=bool)
-        for u, residues in enumerate(result["hurt_residues"]):
-            hurt[u, residues] = True
+    hurt = np.zeros(change.shape, dtype=bool)
+    for u, residues in enumerate(measure.hurt_residues(result)):
+        hurt[u, residues] = True
     relative = np.array([[math.nan if v is None else v for v in row]
                          for row in result["relative_change"]], dtype=np.float64)  # fmt: skip
     intact = result["intact"]
@@ -251,7 +237,7 @@ def gates_entry(record: dict) -> dict:
     """One recorded `lm gates`: every gate (seed, layer, KV head or channel, branch) at the
     last checkpoint, with its class, its trajectory over the kept checkpoints
     (`--over-training`) and, where the mean gates are recorded, where key and value peak
-    (`sims.pretrain.mechanism.gate_peaks`)."""
+    (`sims.pretrain.mechanism.gate_peaks`); and their `gate_summary`."""
     header = _header(record)
     window = (header["config"] or {}).get("window")
     gates, over_training, last_step, seed_count = [], False, None, 0
@@ -289,9 +275,10 @@ def gates_entry(record: dict) -> dict:
         seed_count += 1
     for gate in gates:
         gate["class"] = gate_class(gate["static"], gate["per_window"], window)
-    return {**header, "window": window, "over_training": over_training,
-            "checkpoint_step": last_step if last_step is not None else header["steps"],
-            "seeds": seed_count, "gates": gates}  # fmt: skip
+    entry = {**header, "window": window, "over_training": over_training,
+             "checkpoint_step": last_step if last_step is not None else header["steps"],
+             "seeds": seed_count, "gates": gates}  # fmt: skip
+    return entry | {"summary": gate_summary(entry)}
 
 
 def gate_summary(entry: dict) -> dict:
@@ -396,12 +383,7 @@ PLANTED_PROMPTS = 48
 
 
 def _report(accuracy) -> dict:
-    """`lookup.report` of per-seed residue accuracies `(R, M)`."""
-    accuracy = np.asarray(accuracy, dtype=np.float64)
-    counts = [PLANTED_PROMPTS] * accuracy.shape[1]
-    return lookup.report(
-        [{"residue_accuracy": a.tolist(), "residue_counts": counts} for a in accuracy]
-    )
+    return lookup.report_of_accuracy(accuracy, PLANTED_PROMPTS)
 
 
 def _planted_knockout(attention: str, intact_profile, hurts: dict, layers: int) -> dict:
@@ -639,7 +621,7 @@ def _cycle_rows(entry: dict, predictions: dict) -> list[Row]:
 
 
 def _gate_rows(entry: dict) -> list[Row]:
-    s = gate_summary(entry)
+    s = entry["summary"]
     if not s["key_gates"] or entry["window"] is None:
         return []
     where = (f"{entry['label']}, W = {entry['window']}, checkpoint step "
@@ -684,11 +666,6 @@ def rows(results: dict, predictions: dict) -> list[Row]:
 def paper() -> dict:
     """The paper's §4 numbers (`paper_reference.json`'s `mechanism`, from its data.js)."""
     return reference()["mechanism"]
-
-
-def _paper_name(m: dict) -> str:
-    seed = m.get("seed")
-    return m["label"] if seed in (None, 42) else f"{m['label']} (seed {seed})"
 
 
 def _span(phases) -> str:
@@ -738,7 +715,7 @@ def _knockout_table(results: dict) -> Table:
     for m in paper()["knockout"]:
         units = paper_knockout_units(m["relative_change"], m["period"])
         cells = _pattern_cells(units, m["period"], lambda u: f"layer {u['layer']}")
-        name = _paper_name(m)
+        name = paper_name(m)
         seen.add(name)
         table_rows.append((name, *cells, *our_cells(ours.get(name))))
     for label, e in ours.items():
@@ -790,7 +767,7 @@ def _cycle_table(results: dict) -> Table:
                 _pct(d["other_phases"]))  # fmt: skip
 
     for run_ in paper()["cycling"]["runs"]:
-        name = _paper_name(run_)
+        name = paper_name(run_)
         for delta, p in run_["deltas"].items():
             seen.add((name, int(delta)))
             table_rows.append((
@@ -832,7 +809,7 @@ def paper_gate_summary() -> list[dict]:
             key, value = np.asarray(profiles["key"]), np.asarray(profiles["value_rolled"])
             after = [layer for layer in static
                      if np.argmax(key[layer, 0]) == np.argmax(value[layer, 0])]  # fmt: skip
-        out.append({"name": _paper_name(m), "key_gates": len(classes),
+        out.append({"name": paper_name(m), "key_gates": len(classes),
                     "content_driven": classes.count("content-driven"), "static": static,
                     "value_after_key": after})  # fmt: skip
     return out
@@ -850,7 +827,7 @@ def _gates_table(results: dict) -> Table:
             else f"{len(after)} of {len(p['static'])} (layers {_phases(after)})",
         ))  # fmt: skip
     for e in results["gates"]:
-        s = gate_summary(e)
+        s = e["summary"]
         if not s["key_gates"]:
             continue
         static = ", ".join(f"s{seed} L{layer} h{head}" for seed, layer, head in s["static"])

@@ -100,13 +100,8 @@ def _stride(config: dict | None) -> int | None:
 def summarise(report: dict, command: str | None = None, val_loss=None) -> dict:
     """A recorded (or fresh) lookup report as one design's entry: its statistics recomputed
     from `residue_accuracy` and `prompts_per_residue` (`lookup.report`), not copied."""
-    accuracy = np.asarray(report["residue_accuracy"], dtype=np.float64)
-    samples = int(report["prompts_per_residue"])
-    per_seed = [
-        {"residue_accuracy": a.tolist(), "residue_counts": [samples] * a.size} for a in accuracy
-    ]
     configs = report.get("configs") or [None]
-    stats = lookup.report(per_seed)
+    stats = lookup.report_of_accuracy(report["residue_accuracy"], report["prompts_per_residue"])
     return {
         "label": design_label(configs[0]),
         "stride": _stride(configs[0]),
@@ -367,16 +362,16 @@ def _pct(x):
     return None if x is None else round(100 * x, 1)
 
 
+def paper_name(model: dict) -> str:
+    """A model of the paper's data by its label, with its seed unless the headline's (42)."""
+    seed = model.get("seed")
+    return model["label"] if seed in (None, 42) else f"{model['label']} (seed {seed})"
+
+
 def _paper_entries(padding: str) -> list[tuple[str, dict]]:
     ref = reference()
-    out = []
-    for m in ref["full_attention"] + ref["compressed"]:
-        if m.get(padding) is None:
-            continue
-        seed = m.get("seed")
-        name = m["label"] if seed in (None, 42) else f"{m['label']} (seed {seed})"
-        out.append((name, m))
-    return out
+    return [(paper_name(m), m) for m in ref["full_attention"] + ref["compressed"]
+            if m.get(padding) is not None]  # fmt: skip
 
 
 def _table(results: dict, padding: str) -> Table:

@@ -54,11 +54,8 @@ SIZES: dict[str, dict] = {
                  batch=2, lr=1e-3, warmup=100, rope_theta=10_000.0, open_words=64, zipf=1.0,
                  schedule="constant", seeds=2, log_every=50, val_batches=4,
                  checkpoint_every=1000, emergence_every=1000),
-    "cpu16": dict(d_model=128, layers=2, heads=4, head_dim=32, mlp_hidden=384, seq_len=384,
-                  batch=16, lr=1e-3, warmup=100, rope_theta=10_000.0, open_words=64, zipf=1.0,
-                  schedule="constant", seeds=2, log_every=50, val_batches=4,
-                  checkpoint_every=250, emergence_every=250),
 }  # fmt: skip
+SIZES["cpu16"] = dict(SIZES["cpu2"], batch=16, checkpoint_every=250, emergence_every=250)
 """Shared fields per size: `h200` for one H200, `cpu` a reduced fallback, `smoke` a check,
 `cpu2` issue 57's first CPU protocol: the one emergence recipe whose copying became
 key-specific on this machine (docs/pretraining.md, "The first CPU protocol"); its 384-token

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from fixtures import jaxpr_dot_flops
 from flax import nnx
 
 from weakspots.benchmarks import bench, v4_vs_hf
@@ -53,23 +54,6 @@ def test_bench_reports_a_skip_without_torch(monkeypatch):
     assert target["met"] is False and target["value"] is None
 
 
-def _dot_flops(jaxpr) -> int:
-    """2 x output size x contracted size of every `dot_general` in a jaxpr, nested ones too."""
-    total = 0
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            (contract, _), _ = eqn.params["dimension_numbers"]
-            lhs = eqn.invars[0].aval.shape
-            total += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * int(
-                np.prod([lhs[i] for i in contract])
-            )
-        for param in eqn.params.values():
-            inner = getattr(param, "jaxpr", param)
-            if hasattr(inner, "eqns"):
-                total += _dot_flops(inner)
-    return total
-
-
 @pytest.mark.parametrize(
     ("kind", "ratio", "topk", "separate"),
     [("csa", 4, 4, False), ("csa", 4, 0, False), ("hca", 16, 0, False), ("sliding", 1, 0, False),
@@ -82,9 +66,9 @@ def test_layer_flop_count_is_the_traced_matmuls(kind, ratio, topk, separate):
                   separate_values=separate)  # fmt: skip
     layer = V4Attention(32, 4, 16, kind=kind, rope_dim=8, rngs=nnx.Rngs(0), **shapes)
     graph, params = nnx.split(layer)
-    jaxpr = jax.make_jaxpr(lambda p, x: nnx.merge(graph, p)(x))(params, jnp.ones((1, 64, 32)))
+    traced = jaxpr_dot_flops(lambda p, x: nnx.merge(graph, p)(x), params, jnp.ones((1, 64, 32)))
     count = v4_vs_hf.v4_layer_flops(kind, length=64, d_model=32, heads=4, head_dim=16, **shapes)
-    assert count["matmul"] + count["indexer"] == _dot_flops(jaxpr.jaxpr)
+    assert count["matmul"] + count["indexer"] == traced
     assert (count["indexer"] > 0) == (count["top_k"] > 0) == (kind == "csa" and topk > 0)
 
 
@@ -100,12 +84,12 @@ def test_decoder_flop_count_is_the_traced_training_step(separate):
     config = LMConfig(**V4_DESIGN, batch=2, separate_values=separate).static
     hyper = jax.tree.map(lambda x: x[0], lm_train.LMHyper.stack([config]))
     state = jax.eval_shape(partial(lm_train.init, config), hyper)
-    jaxpr = jax.make_jaxpr(partial(lm_train.step, config))(state, hyper)
+    traced = jaxpr_dot_flops(partial(lm_train.step, config), state, hyper)
     top_k = sum(
         config.seq_len * (config.seq_len // config.stride) for k in config.layer_kinds if k == "csa"
     )
     count = v4_vs_hf.decoder_flops_per_step(config)
-    assert count - top_k * config.batch == _dot_flops(jaxpr.jaxpr)
+    assert count - top_k * config.batch == traced
 
 
 def test_largest_length_solves_the_fitted_quadratic():
